@@ -1,0 +1,58 @@
+"""Domain errors. Library code raises these; only the CLI turns them into messages and exit codes.
+
+Messages are complete sentences meant for the user: they say what was wrong and, where there is
+one, what to do. They never contain an API key (providers redact before raising).
+"""
+
+from __future__ import annotations
+
+
+class RentoptError(Exception):
+    """Base class. `exit_code` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class InputError(RentoptError):
+    """Bad input from the user: an unknown model, a negative size, incompatible flags."""
+
+    exit_code = 2
+
+
+class UnknownModelError(InputError):
+    """A model name that is neither a preset, a size like `13b`, nor a readable config.json."""
+
+
+class UnknownGpuError(InputError):
+    """A GPU name given by the user (not a provider) that matches nothing in the catalog."""
+
+
+class OffersFileError(InputError):
+    """An --offers-file that cannot be read; the message names the line or field."""
+
+
+class NoFeasiblePlan(RentoptError):
+    """No plan satisfies the constraints. `reasons` names the binding constraint(s)."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, reasons: list[str] | None = None):
+        super().__init__(message)
+        self.reasons = list(reasons or [])
+
+
+class StoreError(RentoptError):
+    """The local price store cannot be used (corrupt, foreign, locked). Says how to recover."""
+
+
+class ProviderError(RentoptError):
+    """A provider could not be refreshed. `provider` names it; the message never holds a key."""
+
+    def __init__(self, provider: str, message: str):
+        super().__init__(f"{provider}: {message}")
+        self.provider = provider
+        self.reason = message
+
+
+class ProviderSchemaError(ProviderError):
+    """A provider's response did not have the expected shape: the whole response is rejected."""

@@ -1,0 +1,526 @@
+"""Pydantic types shared by every module: hardware, workloads, offers, memory, layouts and plans.
+
+Conventions:
+- Money is `Decimal` in the currency named next to it; never float.
+- Memory is in GB = 1e9 bytes unless a name says GiB.
+- An unknown price is `None`, never 0: a provider that sends 0 or null for a price means "we do
+  not know", and treating that as free is the classic catalog bug (SkyPilot #3615).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# --------------------------------------------------------------------------------------------
+# Hardware
+
+
+GpuClass = Literal["datacenter", "workstation", "consumer"]
+
+
+class GpuSpec(BaseModel):
+    """One GPU model from `data/gpus.toml`. TFLOPS are dense (no 2:4 sparsity)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    vendor: str
+    architecture: str = ""
+    gpu_class: GpuClass
+    form_factor: str  # SXM, PCIe, OAM, ...
+    memory_gb: float
+    reported_memory_mib: int | None = None
+    memory_bandwidth_gbps: float
+    bf16_tflops: float | None  # None: no BF16 (T4, V100): use fp16_tflops
+    fp16_tflops: float | None
+    fp8_tflops: float | None = None
+    fp32_tflops: float | None = None
+    nvlink_gbps: float | None  # bidirectional per-GPU NVLink bandwidth; None = no NVLink
+    scaleup_gbps: float | None = None  # any intra-node fabric (NVLink, Infinity Fabric, ...)
+    p2p: str = "pcie"
+    pcie_gen: int | None = None
+    devices_per_card: int = 1
+    max_gpus_per_node: int = 8
+    aliases: tuple[str, ...] = ()
+    ambiguous_aliases: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    confidence: str = "high"
+    notes: str = ""
+
+    @property
+    def has_nvlink(self) -> bool:
+        return bool(self.nvlink_gbps)
+
+    @property
+    def peer_to_peer_disabled(self) -> bool:
+        """GeForce cards: no P2P over PCIe, so collectives bounce through host memory."""
+        return self.gpu_class == "consumer" and not self.has_nvlink
+
+    def dense_tflops(self, precision: str = "bf16") -> float:
+        """Dense tensor throughput for training in `precision`; falls back bf16 -> fp16 -> fp32."""
+        if precision == "fp8" and self.fp8_tflops:
+            return self.fp8_tflops
+        if precision.startswith("fp32"):
+            return self.fp32_tflops or self.fp16_tflops or 0.0
+        return self.bf16_tflops or self.fp16_tflops or self.fp32_tflops or 0.0
+
+
+GpuMatchStatus = Literal["exact", "by_memory", "ambiguous", "unknown"]
+
+
+class GpuMatch(BaseModel):
+    """Result of normalising a provider's GPU spelling. `gpu` is None unless the match is certain."""
+
+    model_config = ConfigDict(frozen=True)
+
+    raw: str
+    gpu: str | None
+    status: GpuMatchStatus
+    candidates: tuple[str, ...] = ()
+    note: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# Models (architectures) and training setups
+
+
+class ModelSpec(BaseModel):
+    """A decoder (or encoder-decoder) architecture. Counts are exact where the source gives them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    family: str = ""
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    head_dim: int | None = None  # None: hidden // heads
+    intermediate: int = Field(gt=0)
+    vocab: int = Field(gt=0)
+    tied_embeddings: bool = False
+    mlp_gated: bool = True  # SwiGLU/GeGLU (gate, up, down) vs a plain two-matrix MLP
+    qkv_bias: bool = False
+    num_experts: int = 1
+    experts_per_token: int = 1
+    params: int | None = None  # total parameter count when the source states it
+    source: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.dim_head
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.dim_head
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(d_in, d_out) of each per-layer projection, keyed by LoRA target name.
+
+        For MoE models gate/up/down are per expert.
+        """
+        h, f = self.hidden, self.intermediate
+        shapes = {
+            "q": (h, self.q_dim),
+            "k": (h, self.kv_dim),
+            "v": (h, self.kv_dim),
+            "o": (self.q_dim, h),
+            "up": (h, f),
+            "down": (f, h),
+        }
+        if self.mlp_gated:
+            shapes["gate"] = (h, f)
+        return shapes
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        s = self.linear_shapes()
+        n = sum(a * b for k, (a, b) in s.items() if k in ("q", "k", "v", "o"))
+        if self.qkv_bias:
+            n += self.q_dim + 2 * self.kv_dim
+        return n
+
+    @property
+    def mlp_params_per_expert(self) -> int:
+        s = self.linear_shapes()
+        return sum(a * b for k, (a, b) in s.items() if k in ("gate", "up", "down"))
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    @property
+    def block_linear_params(self) -> int:
+        """Parameters in the per-layer linear projections (what NF4/int8 quantisation converts)."""
+        router = self.hidden * self.num_experts if self.num_experts > 1 else 0
+        return self.layers * (
+            self.attention_params_per_layer + self.num_experts * self.mlp_params_per_expert + router
+        )
+
+    @property
+    def computed_params(self) -> int:
+        norms = self.layers * 2 * self.hidden + self.hidden
+        return self.block_linear_params + self.embedding_params + self.lm_head_params + norms
+
+    @property
+    def total_params(self) -> int:
+        return self.params or self.computed_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters touched per token (MoE: only `experts_per_token` experts run)."""
+        if self.num_experts <= 1:
+            return self.total_params
+        idle_experts = self.num_experts - self.experts_per_token
+        return self.total_params - self.layers * idle_experts * self.mlp_params_per_expert
+
+    @property
+    def largest_layer_params(self) -> int:
+        """Largest single module's own parameters: what ZeRO-3 gathers at once (embedding or a block)."""
+        block = self.attention_params_per_layer + self.num_experts * self.mlp_params_per_expert
+        return max(self.embedding_params, block)
+
+
+Mode = Literal["full", "lora", "qlora", "inference"]
+Precision = Literal["bf16-mixed", "bf16-true", "fp16-mixed", "fp32", "fp8"]
+OptimizerName = Literal["adamw", "adamw-8bit", "paged-adamw", "sgd", "none"]
+Offload = Literal["none", "optimizer", "all"]
+Quant = Literal["none", "nf4", "int8", "int4"]
+
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "lm_head")
+ALL_LINEAR = ("q", "k", "v", "o", "gate", "up", "down")
+
+PRECISION_ALIASES = {"bf16": "bf16-mixed", "fp16": "fp16-mixed", "bf16-mixed": "bf16-mixed",
+                     "bf16-true": "bf16-true", "fp16-mixed": "fp16-mixed", "fp32": "fp32",
+                     "fp8": "fp8"}
+
+
+class TrainingSetup(BaseModel):
+    """Everything `rentopt estimate` needs besides the model. Defaults follow the seeds' advice."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: Mode
+    seq_len: int = Field(2048, gt=0)
+    micro_batch: int = Field(1, gt=0)
+    gpus: int = Field(1, gt=0)
+    zero: int = Field(0, ge=0, le=3)
+    fsdp: bool = False
+    offload: Offload = "none"
+    # Seeds (000, 002): long-sequence training almost always turns on checkpointing and
+    # FlashAttention; both are the first rungs of the OOM ladder, so they are the defaults.
+    grad_checkpointing: bool = True
+    flash_attention: bool = True
+    lora_rank: int = Field(16, gt=0)
+    lora_targets: tuple[str, ...] = ALL_LINEAR
+    precision: Precision = "bf16-mixed"
+    optimizer: OptimizerName = "adamw"
+    optimizer_in_backward: bool = False
+    tensor_parallel: int = Field(1, gt=0)
+    pipeline_parallel: int = Field(1, gt=0)
+    quant: Quant = "none"
+    double_quant: bool = True
+    # Seeds (002): leave 15-20 % headroom over the estimate.
+    margin: float = Field(0.15, ge=0, le=1)
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision_alias(cls, v: Any) -> Any:
+        return PRECISION_ALIASES.get(v, v) if isinstance(v, str) else v
+
+    @field_validator("lora_targets", mode="before")
+    @classmethod
+    def _targets(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [t.strip() for t in v.split(",") if t.strip()]
+        out: list[str] = []
+        for t in v:
+            if t in ("all-linear", "all_linear", "all"):
+                out.extend(ALL_LINEAR)
+            elif t in LORA_TARGETS:
+                out.append(t)
+            else:
+                raise ValueError(f"unknown LoRA target {t!r}; use {', '.join(LORA_TARGETS)} or all-linear")
+        return tuple(dict.fromkeys(out))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainingSetup:
+        if self.mode == "qlora" and self.precision == "fp32":
+            raise ValueError("qlora keeps a 4-bit base with 16-bit compute; fp32 precision does not apply")
+        if self.zero and self.fsdp:
+            raise ValueError("choose either --zero N or --fsdp, not both")
+        parallel = self.tensor_parallel * self.pipeline_parallel
+        if self.gpus % parallel:
+            raise ValueError(f"--gpus {self.gpus} is not a multiple of tensor x pipeline parallel = {parallel}")
+        if self.mode != "inference" and self.quant != "none" and self.mode != "qlora":
+            raise ValueError("--quant applies to inference; use --mode qlora for a 4-bit base in training")
+        return self
+
+    @property
+    def data_parallel(self) -> int:
+        return self.gpus // (self.tensor_parallel * self.pipeline_parallel)
+
+    @property
+    def trains(self) -> bool:
+        return self.mode != "inference"
+
+
+class MemoryBreakdown(BaseModel):
+    """Per-GPU GB by component (allocated view)."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    overhead: float
+
+
+class MemoryEstimate(BaseModel):
+    """The `rentopt estimate --format json` contract (design.md); extend, never rename."""
+
+    model: str
+    params_b: float
+    trainable_params_b: float
+    peak_gb_per_gpu: float  # torch.cuda.max_memory_allocated, GB = 1e9 B
+    reserved_gb_per_gpu: float  # what the caching allocator holds
+    device_gb_per_gpu: float  # what nvidia-smi shows (+ CUDA context)
+    required_gb_per_gpu: float  # device view + safety margin: the feasibility threshold
+    margin: float
+    breakdown_gb: MemoryBreakdown
+    checkpoint_gb: float  # one resumable checkpoint on disk
+    model_files_gb: float  # the base model's weights on disk (for sizing the instance disk)
+    cpu_offload_gb: float = 0.0  # host RAM the offloaded state needs
+    assumptions: list[str] = []
+
+
+# --------------------------------------------------------------------------------------------
+# Offers
+
+
+class PriceUnit(StrEnum):
+    HOUR = "hour"
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+    TERM = "term"  # a reserved/committed term: `amount` is the total for `term_hours`
+
+
+UNIT_HOURS: dict[PriceUnit, int] = {PriceUnit.HOUR: 1, PriceUnit.DAY: 24, PriceUnit.WEEK: 168}
+
+
+class PriceOption(BaseModel):
+    """One way to pay for an offer. `amount` is per unit for the whole node (all its GPUs)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    unit: PriceUnit
+    amount: Decimal = Field(gt=0)
+    term_hours: int | None = Field(None, gt=0)
+    interruptible: bool = False
+    label: str = ""
+
+    @model_validator(mode="after")
+    def _term(self) -> PriceOption:
+        if self.unit == PriceUnit.TERM and not self.term_hours:
+            raise ValueError("a reserved term needs term_hours")
+        return self
+
+
+Interconnect = Literal["nvlink", "pcie", "unknown"]
+Fabric = Literal["infiniband", "roce", "ethernet"]
+Origin = Literal["store", "bundled", "offers-file"]
+
+
+class Offer(BaseModel):
+    """A normalised offer: one rentable node type at one provider."""
+
+    provider: str
+    offer_id: str
+    gpu: str | None  # canonical id from hardware.normalise; None when unknown or ambiguous
+    gpu_raw: str
+    gpu_status: GpuMatchStatus = "exact"
+    gpus: int = Field(gt=0)  # GPUs per node
+    gpu_memory_gb: float = Field(gt=0)
+    interconnect: Interconnect = "unknown"
+    interconnect_gbps: float | None = None
+    fabric: Fabric | None = None  # between nodes, for multi-node offers
+    fabric_gbps: float | None = None
+    nodes_available: int = Field(1, ge=1)
+    region: str | None = None
+    spot: bool = False  # every price option is interruptible
+    price_options: list[PriceOption] = Field(min_length=1)
+    storage_gb_month: Decimal | None = Field(None, ge=0)  # while running
+    storage_stopped_gb_month: Decimal | None = Field(None, ge=0)  # None: same as running
+    egress_gb: Decimal | None = Field(None, ge=0)
+    ingress_gb: Decimal | None = Field(None, ge=0)
+    net_up_mbps: float | None = None
+    net_down_mbps: float | None = None
+    billing_granularity_s: int = Field(1, gt=0)
+    billing_minimum_s: int = Field(0, ge=0)
+    month_hours: int = Field(730, gt=0)  # hours in the provider's "month" (storage GB-month, monthly unit)
+    price_locked: bool = False  # price fixed at order time until destroy (NexGPU)
+    max_duration_hours: float | None = Field(None, gt=0)
+    currency: str = Field(pattern=r"^[A-Z]{3}$")
+    fetched_at: datetime
+    source: str
+    extra: dict[str, Any] = {}
+
+    @field_validator("fetched_at")
+    @classmethod
+    def _aware(cls, v: datetime) -> datetime:
+        if v.tzinfo is None:
+            raise ValueError("fetched_at must carry a timezone")
+        return v
+
+    @model_validator(mode="after")
+    def _spot(self) -> Offer:
+        if self.spot and any(not p.interruptible for p in self.price_options):
+            raise ValueError("a spot offer has only interruptible price options")
+        return self
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.provider, self.offer_id)
+
+    @property
+    def stopped_storage_price(self) -> Decimal | None:
+        return self.storage_stopped_gb_month if self.storage_stopped_gb_month is not None else self.storage_gb_month
+
+    def options(self, interruptible: bool) -> list[PriceOption]:
+        return [p for p in self.price_options if p.interruptible == interruptible]
+
+
+# --------------------------------------------------------------------------------------------
+# Feasibility
+
+
+class Layout(BaseModel):
+    """How a job is laid out on an offer's GPUs, and what that costs in speed."""
+
+    gpu: str
+    gpus_per_node: int
+    nodes: int = 1
+    strategy: str  # human name: "single", "ddp", "zero2", "fsdp", "tp4", "tp8+pp2", "zero3+offload"
+    zero: int = 0
+    fsdp: bool = False
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    offload: Offload = "none"
+    micro_batch: int = 1
+    required_gb_per_gpu: float
+    gpu_memory_gb: float
+    scaling_efficiency: float = 1.0  # achieved / ideal linear speed-up over the GPUs used
+    penalty: str | None = None  # the stated scaling penalty, when there is one
+    notes: list[str] = []
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def data_parallel(self) -> int:
+        return self.total_gpus // (self.tensor_parallel * self.pipeline_parallel)
+
+
+RejectReason = Literal[
+    "memory", "interconnect", "fabric", "gpu", "price", "availability", "max_duration",
+    "deadline", "budget", "currency", "dominated",
+]
+
+
+class Rejection(BaseModel):
+    provider: str
+    offer_id: str
+    gpu: str
+    constraint: RejectReason
+    reason: str  # states the number that failed: "needs 41.2 GB per GPU, A10G has 24"
+
+
+# --------------------------------------------------------------------------------------------
+# Plans (the `rentopt quote --format json` contract)
+
+StageKind = Literal["validate", "idle", "train", "export"]
+
+
+class BillingLine(BaseModel):
+    unit: str  # hour, day, week, month, term, GB-month, GB
+    count: Decimal
+    unit_price: Decimal
+    cost: Decimal
+    what: str = "compute"  # compute, storage_running, storage_stopped, egress, ingress
+
+
+class PlanStage(BaseModel):
+    kind: StageKind
+    provider: str
+    offer_id: str
+    gpu: str
+    gpus: int
+    nodes: int = 1
+    layout: str
+    hours: Decimal
+    billing: list[BillingLine]
+    cost: Decimal
+    notes: list[str] = []
+
+
+class LineItems(BaseModel):
+    compute: Decimal = Decimal(0)
+    storage_running: Decimal = Decimal(0)
+    storage_stopped: Decimal = Decimal(0)
+    egress: Decimal = Decimal(0)
+    ingress: Decimal = Decimal(0)
+
+
+class PriceSource(BaseModel):
+    provider: str
+    source: str
+    fetched_at: datetime
+    origin: Origin
+    stale: bool = False
+
+
+class FxRate(BaseModel):
+    currency: str
+    per_usd: Decimal  # units of `currency` per 1 USD
+    as_of: str
+    source: str
+
+
+class Plan(BaseModel):
+    rank: int
+    total: Decimal
+    currency: str
+    stages: list[PlanStage]
+    line_items: LineItems
+    idle: Literal["stop", "destroy"] | None = None
+    hours_low: Decimal | None = None  # timing range, when --tokens
+    hours_high: Decimal | None = None
+    prices: list[PriceSource] = []
+    notes: list[str] = []
+
+
+class Quote(BaseModel):
+    currency: str
+    prices_as_of: datetime | None
+    price_origin: Origin
+    fx: list[FxRate] = []
+    plans: list[Plan]
+    rejected: list[Rejection] = []
+    memory: MemoryEstimate | None = None
+    assumptions: list[str] = []

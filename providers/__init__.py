@@ -1,0 +1,1 @@
+"""Provider plugins: one module per provider, plus `base` (contract, registry, shared HTTP)."""

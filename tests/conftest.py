@@ -1,0 +1,46 @@
+"""Test isolation: every test gets its own RENTOPT_HOME and no provider keys from the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+# Variables that could leak a developer's real configuration into a test.
+_LEAKY_SUFFIXES = ("_API_KEY", "_BASE_URL", "_CLIENT_ID", "_CLIENT_SECRET")
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path, monkeypatch):
+    for name in list(os.environ):
+        if name.endswith(_LEAKY_SUFFIXES) or name.startswith("RENTOPT_"):
+            monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "rentopt-home"
+    monkeypatch.setenv("RENTOPT_HOME", str(home))
+    yield home
+
+
+@pytest.fixture
+def rentopt_home(isolated_env) -> Path:
+    return isolated_env
+
+
+def fixture_path(provider: str, name: str) -> Path:
+    return FIXTURES / provider / name
+
+
+@pytest.fixture
+def load_fixture():
+    """load_fixture("vast", "bundles.json") -> parsed JSON (or text for non-JSON files)."""
+
+    def load(provider: str, name: str):
+        path = fixture_path(provider, name)
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text) if path.suffix == ".json" else text
+
+    return load

@@ -190,10 +190,17 @@ class ModelSpec(BaseModel):
         return self.total_params - self.layers * idle_experts * self.mlp_params_per_expert
 
     @property
+    def block_params(self) -> int:
+        """Parameters of one decoder block (what FSDP wraps and gathers as a unit)."""
+        return self.attention_params_per_layer + self.num_experts * self.mlp_params_per_expert + 2 * self.hidden
+
+    @property
     def largest_layer_params(self) -> int:
-        """Largest single module's own parameters: what ZeRO-3 gathers at once (embedding or a block)."""
-        block = self.attention_params_per_layer + self.num_experts * self.mlp_params_per_expert
-        return max(self.embedding_params, block)
+        """Largest single module's own (non-recursive) parameters: the embedding or one projection.
+
+        This is DeepSpeed's `largest_layer_params` in estimate_zero3_model_states_mem_needs.
+        """
+        return max(self.embedding_params, max(a * b for a, b in self.linear_shapes().values()))
 
 
 Mode = Literal["full", "lora", "qlora", "inference"]
@@ -235,6 +242,9 @@ class TrainingSetup(BaseModel):
     pipeline_parallel: int = Field(1, gt=0)
     quant: Quant = "none"
     double_quant: bool = True
+    # Chunked (torchtune CEWithChunkedOutputLoss) or fused (Liger, unsloth) cross-entropy: the
+    # fp32 up-cast of the logits and its gradient are never materialised for the whole sequence.
+    chunked_loss: bool = False
     # Seeds (002): leave 15-20 % headroom over the estimate.
     margin: float = Field(0.15, ge=0, le=1)
 

@@ -1,0 +1,537 @@
+"""Peak GPU memory per GPU for training and inference, by mechanism.
+
+The estimate is a sum of mechanisms, each with its source. All sizes are bytes per GPU until
+the end, where they are reported in GB (1e9 B). Three views are reported, because published
+numbers measure different things (reference/memory-formulas.md §0):
+
+- allocated (`peak_gb_per_gpu`): live tensors, what `torch.cuda.max_memory_allocated` reports;
+- reserved: what PyTorch's caching allocator holds (allocated + fragmentation slack);
+- device: what nvidia-smi shows (reserved + CUDA context, cuBLAS/NCCL workspaces).
+
+`required_gb_per_gpu` = device view x (1 + margin); feasibility compares it with the card.
+
+The peak is the larger of two moments of a training step:
+- forward/backward: resident states + saved activations + the loss/logits transient (the
+  end of forward is where every saved activation and the logits are alive at once);
+- optimizer step: resident states + the optimizer's temporaries (activations are freed).
+Gradients are counted as resident during forward: with gradient accumulation (the usual way
+to reach a useful batch at micro-batch 1) the previous micro-steps' gradients are alive while
+the next forward runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from optimizer.models import MemoryBreakdown, MemoryEstimate, ModelSpec, TrainingSetup
+
+GB = 1e9
+
+# --- per-parameter byte accounting --------------------------------------------------------------
+# Mixed precision AdamW: 2 (16-bit weight) + 2 (16-bit grad) + 4 (fp32 master) + 8 (fp32 m, v)
+# = 16 B/param. ZeRO paper, Rajbhandari et al. 2020 (arXiv:1910.02054) §3.1; seed 002.
+# Pure 16-bit ("bf16-true": LitGPT --precision bf16-true, torchtune dtype bf16): weights, grads
+# and both Adam moments in bf16, no master copy = 8 B/param (memory-formulas.md §1).
+# fp32: 4 + 4 + 8 = 16 B/param, no master (EleutherAI "Transformer Math 101").
+# DeepSpeed ZeRO also keeps fp32 gradient partitions for its optimizer: +4 B/param sharded
+# (comment in deepspeed/runtime/zero/stage_1_and_2.py; its estimators use 18 B/param;
+# Megatron theoretical_memory_usage.py likewise 18).
+DEEPSPEED_FP32_GRAD_BYTES = 4
+
+# FP8 as shipped by Transformer Engine and torchao float8: matmul inputs are cast to fp8, the
+# weights, master weights and optimizer states stay as in bf16 mixed precision, and TE keeps an
+# fp8 copy of each weight (+1 B/param) (NVIDIA TransformerEngine docs "FP8 primer";
+# pytorch/ao torchao/float8/README.md). MS-AMP-style fp8 optimizer states (seed 002's "~60 GB
+# for 7B") are not modelled.
+FP8_WEIGHT_CACHE_BYTES = 1
+
+# Optimizer state bytes per trainable parameter, excluding the master copy.
+# AdamW: m and v (EleutherAI Transformer Math 101). 8-bit Adam (bitsandbytes): 1 B each
+# (Dettmers et al. 2021, arXiv:2110.02861). SGD with momentum: one buffer.
+MOMENTS = {"adamw": 2, "paged-adamw": 2, "adamw-8bit": 2, "sgd": 1, "none": 0}
+
+# --- quantised storage ----------------------------------------------------------------------------
+# NF4: 4 bits per weight + one fp32 absmax per block of 64 = 4.5 bits; double quantisation stores
+# the absmax in 8 bits with an fp32 constant per 256 blocks = 4.127 bits (Dettmers et al. 2023,
+# QLoRA, arXiv:2305.14314 §3). Only linear layers inside the blocks are quantised; embeddings,
+# lm_head and norms stay 16-bit (transformers' bitsandbytes integration skips lm_head).
+NF4_BITS = 4.5
+NF4_DQ_BITS = 4 + 8 / 64 + 32 / (64 * 256)
+# LLM.int8: 1 B per weight plus fp16 row statistics (Dettmers et al. 2022, arXiv:2208.07339).
+INT8_BITS = 8.25
+INT4_BITS = 4.5  # GPTQ/AWQ int4 with group size 128: 4 bits + fp16 scale and zero per group
+
+# --- activations ----------------------------------------------------------------------------------
+# Korthikanti et al. 2022 (arXiv:2205.05198, Table 2): per layer, s*b*h*(34 + 5*a*s/h) bytes for a
+# GPT block (16-bit activations with dropout). The 5*a*s^2*b term is the attention score,
+# softmax and dropout tensors; FlashAttention (Dao et al. 2022) never materialises them and
+# saves only the output and an fp32 log-sum-exp per row (4*a*s*b).
+ATTN_SCORE_BYTES = 5
+FLASH_LSE_BYTES = 4
+# With non-selective gradient checkpointing (HF, torchtune, LitGPT), each layer keeps only its
+# input (2*s*b*h) and one layer's full activations are rebuilt during backward (Korthikanti
+# Table 2 "full recompute" row + one layer; memory-formulas.md §4.1).
+
+# Logits and loss (memory-formulas.md §4.3): HF-style causal-LM training holds, at the end of
+# forward, the 16-bit logits, their fp32 up-cast (transformers src/transformers/loss/loss_utils.py
+# ForCausalLMLoss: `logits = logits.float()`), cross-entropy's saved fp32 log-softmax, and then
+# its fp32 gradient: 2 + 4 + 4 + 4 = 14 B per token per vocabulary entry. Megatron charges
+# 4*s*b*V; chunked or fused cross-entropy (torchtune, Liger, unsloth) removes most of it.
+LOSS_FP32_BYTES = 12
+# Chunked cross-entropy still keeps every chunk's fp32 log-softmax for backward (4 B) but never
+# the whole-sequence up-cast and gradient: torchtune's Llama-3.2-3B table drops 51.0 -> 42.9 GiB
+# with chunked CE alone at s*b*V = 1.05e9, ~8 B per element (torchtune README, memory-formulas.md §4.3).
+CHUNKED_LOSS_BYTES = 4
+
+# QLoRA activations are larger than LoRA's: bitsandbytes' 4-bit matmul saves its own 16-bit
+# input and dequantises each weight on the fly. LitGPT's Llama-2-7B runs (seq 1304, mb 1): LoRA
+# 21.30 GB vs QLoRA 14.14 GB while the weights shrink by ~9.5 GB, i.e. ~2.3 GB more saved
+# activations = ~6.7 bytes * s*b*h per layer (Lightning-AI/litgpt tutorials/resource-tables.md;
+# memory-formulas.md §6).
+QLORA_SAVED_INPUT_BYTES = 6.7
+
+# --- overheads ------------------------------------------------------------------------------------
+# Caching-allocator slack: reserved exceeds allocated by 2-15 % (memory-formulas.md §0; Answer.AI
+# fsdp_qlora: 10.22 GiB reserved vs 9.16 GiB allocated for one run = +11.6 %). Training churns
+# activation buffers of many sizes; inference mostly grows the KV cache.
+RESERVED_SLACK_TRAIN = 0.10
+RESERVED_SLACK_INFER = 0.04
+# nvidia-smi minus reserved: CUDA context, cuBLAS/cuDNN handles, and NCCL communicator buffers
+# (allocated outside the caching allocator): +0.5-1.5 GiB (memory-formulas.md §0).
+CUDA_CONTEXT_GB = 0.8
+NCCL_BUFFERS_GB = 0.5
+
+# The optimizer step is assumed fused (torch AdamW fused=True, DeepSpeed FusedAdam, torchtune
+# configs' `fused: True`): no parameter-sized temporaries. PyTorch's foreach path would add one
+# copy of the optimizer state at step time (torch/optim/adamw.py `_multi_tensor_adamw`).
+
+# DeepSpeed ZeRO-3 defaults (deepspeed/runtime/zero/config.py): up to stage3_max_live_parameters
+# = 1e9 parameters may stay gathered on a GPU, and parameters reused within
+# stage3_max_reuse_distance = 1e9 are not released. This is why measured ZeRO-3 peaks sit far
+# above the estimator's 4 x largest layer (memory-formulas.md §2).
+ZERO3_MAX_LIVE_PARAMS = 1e9
+
+# DDP keeps gradient buckets that duplicate the gradients unless gradient_as_bucket_view=True
+# (torch.nn.parallel.DistributedDataParallel docs, `gradient_as_bucket_view`).
+
+
+@dataclass
+class _Bytes:
+    """Per-GPU bytes by component, plus notes explaining each modelling choice."""
+
+    weights: float = 0.0  # resident parameters (sharded, quantised, frozen, adapters)
+    gathered: float = 0.0  # parameters all-gathered for compute (ZeRO-3 / FSDP), a weights cost
+    gradients: float = 0.0
+    optimizer: float = 0.0
+    activations: float = 0.0  # saved for backward, or KV cache + prefill workspace for inference
+    logits: float = 0.0  # loss path transient at the end of forward
+    buffers: float = 0.0  # DDP buckets, dequantisation, ZeRO reduce buckets
+    cpu_offload: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def states(self) -> float:
+        return self.weights + self.gathered + self.gradients + self.optimizer
+
+    @property
+    def peak(self) -> float:
+        return self.states + self.buffers + self.activations + self.logits
+
+
+@dataclass(frozen=True)
+class _Precision:
+    weight: float  # bytes per resident 16/32-bit weight
+    grad: float
+    master: float  # fp32 master copy (mixed precision)
+    moment: float  # bytes per optimizer moment
+    act: float  # bytes per activation element
+
+
+def _precision(setup: TrainingSetup) -> _Precision:
+    p = setup.precision
+    if p == "fp32":
+        return _Precision(weight=4, grad=4, master=0, moment=4, act=4)
+    if p == "bf16-true":
+        return _Precision(weight=2, grad=2, master=0, moment=2, act=2)
+    # bf16-mixed, fp16-mixed, fp8 (fp8 keeps bf16 weights with fp32 master/optimizer state)
+    return _Precision(weight=2, grad=2, master=4, moment=4, act=2)
+
+
+def _moment_bytes(setup: TrainingSetup, prec: _Precision) -> float:
+    if setup.optimizer == "adamw-8bit":
+        return 1.0
+    return prec.moment
+
+
+def _uses_deepspeed(setup: TrainingSetup) -> bool:
+    return setup.zero > 0
+
+
+def _sharded(setup: TrainingSetup) -> bool:
+    return setup.zero == 3 or setup.fsdp
+
+
+# --- parameter counts ------------------------------------------------------------------------------
+
+
+def adapter_params(model: ModelSpec, setup: TrainingSetup) -> int:
+    """LoRA parameters: r * (d_in + d_out) per adapted matrix (Hu et al. 2021, arXiv:2106.09685).
+
+    >>> from optimizer.models import ModelSpec, TrainingSetup
+    >>> llama7 = ModelSpec(name="x", layers=32, hidden=4096, heads=32, kv_heads=32,
+    ...                    intermediate=11008, vocab=32000)
+    >>> adapter_params(llama7, TrainingSetup(mode="lora", lora_rank=8, lora_targets="q,v"))
+    4194304
+    """
+    r = setup.lora_rank
+    shapes = model.linear_shapes()
+    per_layer = 0
+    for target in setup.lora_targets:
+        if target == "lm_head":
+            continue
+        if target not in shapes:  # e.g. "gate" on a non-gated MLP
+            continue
+        d_in, d_out = shapes[target]
+        experts = model.num_experts if target in ("gate", "up", "down") else 1
+        per_layer += experts * r * (d_in + d_out)
+    total = model.layers * per_layer
+    if "lm_head" in setup.lora_targets:
+        total += r * (model.hidden + model.vocab)
+    return total
+
+
+def trainable_params(model: ModelSpec, setup: TrainingSetup) -> int:
+    if setup.mode == "full":
+        return model.total_params
+    if setup.mode in ("lora", "qlora"):
+        return adapter_params(model, setup)
+    return 0
+
+
+# --- components ------------------------------------------------------------------------------------
+
+
+def _weights(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Bytes) -> None:
+    P = model.total_params
+    tp_pp = setup.tensor_parallel * setup.pipeline_parallel
+    dp = setup.data_parallel
+    if setup.mode == "full":
+        resident = P * prec.weight / tp_pp
+        if setup.precision == "fp8":
+            resident += P * FP8_WEIGHT_CACHE_BYTES / tp_pp
+        if _sharded(setup):
+            if setup.offload == "all":
+                out.cpu_offload += resident
+                resident = 0.0
+            else:
+                resident /= dp
+            out.gathered += _gathered_bytes(model, setup, prec.weight, trainable=True, out=out)
+        out.weights += resident
+        return
+    if setup.mode == "qlora":
+        bits = NF4_DQ_BITS if setup.double_quant else NF4_BITS
+        quantised = model.block_linear_params * bits / 8
+        other = (P - model.block_linear_params) * 2  # embeddings, lm_head, norms stay 16-bit
+        frozen = (quantised + other) / tp_pp
+        if _sharded(setup):
+            # FSDP/ZeRO-3 can shard the 4-bit weights when bnb_4bit_quant_storage matches the model
+            # dtype (PEFT docs accelerate/fsdp.md, deepspeed.md; Answer.AI fsdp_qlora).
+            if setup.offload == "all":
+                out.cpu_offload += frozen
+                frozen = 0.0
+            else:
+                frozen /= dp
+            out.gathered += _gathered_bytes(model, setup, bits / 8, trainable=False, out=out)
+            out.notes.append("QLoRA under FSDP/ZeRO-3: 4-bit base sharded (bnb_4bit_quant_storage = model dtype)")
+        out.weights += frozen
+        # bitsandbytes dequantises one weight matrix to 16-bit for each matmul (transient).
+        biggest = max(a * b for a, b in model.linear_shapes().values())
+        out.buffers += biggest * 2 / setup.tensor_parallel
+    elif setup.mode == "lora":
+        frozen = P * prec.weight / tp_pp
+        if setup.zero == 3:
+            # DeepSpeed partitions every parameter under zero.Init, frozen or not.
+            if setup.offload == "all":
+                out.cpu_offload += frozen
+                frozen = 0.0
+            else:
+                frozen /= dp
+            out.gathered += _gathered_bytes(model, setup, prec.weight, trainable=False, out=out)
+        elif setup.fsdp:
+            # Measured FSDP + LoRA peaks stay close to the unsharded size: LitGPT Llama-2-13B LoRA
+            # 35.6 GB/GPU on 4 x A100 vs 38.1 GB on one; PEFT's README warns FSDP with mostly
+            # frozen parameters can use more memory (pytorch/pytorch#91165). The frozen 16-bit
+            # base is therefore counted unsharded.
+            out.notes.append("LoRA under FSDP: the frozen 16-bit base is counted unsharded (measured behaviour)")
+        out.weights += frozen
+    else:  # inference
+        out.weights += _inference_weights(model, setup) / tp_pp
+        return
+    # Adapters (trainable, tiny): PEFT keeps them in fp32 next to a 16-bit base
+    # (peft tuners_utils._cast_adapter_dtype, autocast_adapter_dtype=True); pure-16-bit stacks
+    # (LitGPT bf16-true, torchtune) keep them in bf16.
+    adapter_weight = 2 if setup.precision == "bf16-true" else 4
+    out.weights += adapter_params(model, setup) * adapter_weight / tp_pp
+
+
+def _inference_weights(model: ModelSpec, setup: TrainingSetup) -> float:
+    P = model.total_params
+    linear = model.block_linear_params
+    dense = 4 if setup.precision == "fp32" else 2
+    if setup.quant == "none":
+        return P * dense
+    bits = {"int8": INT8_BITS, "int4": INT4_BITS}.get(setup.quant)
+    if setup.quant == "nf4":
+        bits = NF4_DQ_BITS if setup.double_quant else NF4_BITS
+    return linear * bits / 8 + (P - linear) * 2
+
+
+def _gathered_bytes(model: ModelSpec, setup: TrainingSetup, bytes_per_param: float, *,
+                    trainable: bool, out: _Bytes) -> float:
+    """Parameters materialised on each GPU while sharded training computes.
+
+    FSDP all-gathers one wrapped block at a time and prefetches the next (torch FSDP
+    BackwardPrefetch.BACKWARD_PRE, forward_prefetch): ~2 blocks, plus the unsharded gradient of
+    the block being reduce-scattered. DeepSpeed ZeRO-3 keeps up to stage3_max_live_parameters
+    gathered (default 1e9) and does not release parameters it will reuse soon, so its gathered
+    set is the smaller of the model and that limit.
+    """
+    block = model.block_params / setup.tensor_parallel
+    if setup.zero == 3:
+        live = min(model.total_params / setup.pipeline_parallel, ZERO3_MAX_LIVE_PARAMS)
+        out.notes.append("ZeRO-3: up to stage3_max_live_parameters (1e9) parameters stay gathered per GPU")
+        gathered = max(live, 2 * block) * bytes_per_param
+    else:
+        gathered = 2 * block * bytes_per_param
+    if trainable:
+        gathered += block * 2  # the block's unsharded 16-bit gradient before reduce-scatter
+    return gathered
+
+
+def _gradients_and_optimizer(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Bytes) -> None:
+    """Gradients and optimizer state per GPU.
+
+    DeepSpeed ZeRO follows its own estimators (deepspeed/runtime/zero/stage_1_and_2.py
+    estimate_zero2_model_states_mem_needs, stage3.py estimate_zero3_model_states_mem_needs):
+    per partition, fp32 gradients (4) + fp32 master (4) + Adam moments (8); ZeRO-1/2 also keep
+    a 16-bit gradient partition (ZeRO-1: the full 16-bit gradients, all-reduced); with
+    ZeRO-Offload the gradient partitions move to the CPU with the optimizer (Ren et al. 2021,
+    arXiv:2101.06840 §4). Elsewhere (DDP, FSDP, single GPU): 16-bit gradients + master + moments.
+    """
+    if not setup.trains:
+        return
+    T = trainable_params(model, setup) / (setup.tensor_parallel * setup.pipeline_parallel)
+    dp = setup.data_parallel
+    adapters = setup.mode in ("lora", "qlora")
+    if adapters:
+        # PEFT keeps adapters in fp32 (no separate master); pure-16-bit stacks keep them in bf16.
+        grad = 2 if setup.precision == "bf16-true" else 4
+        master = 0
+    else:
+        grad, master = prec.grad, prec.master
+    moments = MOMENTS[setup.optimizer] * _moment_bytes(setup, prec)
+    offloaded = setup.offload in ("optimizer", "all") or setup.optimizer == "paged-adamw"
+    state = T * (master + moments)
+
+    if setup.zero and not adapters:
+        grads16 = T * grad if setup.zero == 1 else (T * grad / dp if setup.zero == 2 else 0.0)
+        grads32 = T * DEEPSPEED_FP32_GRAD_BYTES / dp
+        out.notes.append("DeepSpeed ZeRO: fp32 gradient partitions, as in its own estimators (18 B/param)")
+        if offloaded:
+            out.cpu_offload += grads32 + (grads16 if setup.zero == 2 else 0.0)
+            grads32 = 0.0
+            grads16 = grads16 if setup.zero == 1 else 0.0
+        grads = grads16 + grads32
+    else:
+        grads = T * grad
+        if setup.optimizer_in_backward:
+            # torchtune optimizer_in_bwd: each parameter steps as its gradient arrives, so the full
+            # gradient buffer never exists; one block's gradients are transient.
+            grads = min(grads, model.block_params * grad)
+        elif setup.zero >= 2 or setup.fsdp:
+            grads /= dp
+        elif dp > 1 and setup.zero == 0 and not adapters:
+            out.buffers += T * grad
+            out.notes.append("DDP: gradient buckets duplicate the gradients (gradient_as_bucket_view=False)")
+
+    if setup.zero >= 1 or setup.fsdp:
+        state /= dp
+    if offloaded:
+        out.cpu_offload += state
+        if setup.optimizer == "paged-adamw":
+            # Paged optimizers live in CUDA unified memory, paged to host under pressure, and are
+            # not counted by PyTorch's allocator (bitsandbytes docs; memory-formulas.md §0, §6).
+            out.notes.append("paged optimizer: its state is in unified memory, outside the allocator's count")
+        state = 0.0
+        if setup.offload == "all" and not _sharded(setup):
+            out.notes.append("--offload all without ZeRO-3/FSDP only offloads the optimizer")
+    out.gradients += grads
+    out.optimizer += state
+
+
+def _layer_activation_bytes(model: ModelSpec, setup: TrainingSetup, act: float) -> float:
+    """Saved activations of one decoder layer, per sequence token-batch, in bytes.
+
+    Derived for pre-norm blocks in the spirit of Korthikanti et al. 2022 Table 2 (element counts
+    from the tensors autograd saves):
+    - two norm inputs and the two normed outputs feeding attention and MLP: 4h
+    - q, k, v after RoPE (kept by attention) and the attention output (input of o): q + 2kv + q
+    - gated MLP (SwiGLU/GeGLU): gate and up outputs, the activation output and the product
+      entering `down`: 4f; plain MLP: the first linear's output and the activation output: 2f
+    For Llama-2-7B this is ~37.5*s*b*h at 16 bits, close to Korthikanti's 34 for GPT blocks.
+    """
+    h, f = model.hidden, model.intermediate
+    elems = 4 * h + 2 * model.q_dim + 2 * model.kv_dim
+    elems += (4 * f if model.mlp_gated else 2 * f) * max(1, model.experts_per_token)
+    per_token = elems * act
+    s, b = setup.seq_len, setup.micro_batch
+    total = s * b * per_token
+    a = model.heads
+    if setup.flash_attention:
+        total += FLASH_LSE_BYTES * a * s * b
+    else:
+        total += ATTN_SCORE_BYTES * a * s * s * b * (act / 2)
+    return total / setup.tensor_parallel
+
+
+def _activations(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Bytes) -> None:
+    s, b, L = setup.seq_len, setup.micro_batch, model.layers
+    act = prec.act
+    layers_here = L / setup.pipeline_parallel
+    per_layer = _layer_activation_bytes(model, setup, act)
+    if setup.mode == "qlora":
+        per_layer += QLORA_SAVED_INPUT_BYTES * s * b * model.hidden / setup.tensor_parallel
+    if setup.grad_checkpointing:
+        # Layer inputs kept for every layer; one layer rebuilt during backward, plus the gradient
+        # flowing through it (same size as its input).
+        saved = layers_here * 2 * s * b * model.hidden * (act / 2) + per_layer
+        out.notes.append("gradient checkpointing: layer inputs kept, one layer recomputed at a time")
+    else:
+        saved = layers_here * per_layer
+    # Pipeline parallelism (1F1B): the first stage holds `pp` micro-batches in flight, so its
+    # activation memory equals an unsplit model's (Narayanan et al. 2021, arXiv:2104.04473 §2.2).
+    saved *= setup.pipeline_parallel if setup.pipeline_parallel > 1 else 1
+    out.activations += saved
+    logit_bytes = 4 if setup.precision == "fp32" else 2
+    loss_bytes = CHUNKED_LOSS_BYTES if setup.chunked_loss else LOSS_FP32_BYTES
+    out.logits += s * b * model.vocab * (logit_bytes + loss_bytes) / setup.tensor_parallel
+
+
+def _inference_activations(model: ModelSpec, setup: TrainingSetup, out: _Bytes) -> None:
+    s, b = setup.seq_len, setup.micro_batch
+    kv_bytes = 4 if setup.precision == "fp32" else 2
+    # KV cache: 2 (K and V) x layers x tokens x kv heads x head dim x bytes (HF Llama 3.1 blog
+    # table: 8B = 131,072 B per token in fp16).
+    kv = 2 * model.layers * s * b * model.kv_dim * kv_bytes
+    # Prefill workspace: MLP intermediates for the whole prompt (gate, up, product) and the
+    # residual/attention tensors of one layer, ~s*b*(3f + 4h) 16-bit elements (derived,
+    # memory-formulas.md §7); only the last position's logits are kept (fp32).
+    prefill = s * b * (3 * model.intermediate + 4 * model.hidden) * 2
+    out.activations += (kv + prefill) / setup.tensor_parallel
+    out.logits += b * model.vocab * 4
+    out.notes.append("inference: weights + KV cache for seq_len tokens + prefill workspace")
+
+
+def _checkpoint_bytes(model: ModelSpec, setup: TrainingSetup) -> float:
+    """One resumable checkpoint on disk (seed 002: optimizer + scheduler + RNG must be saved).
+
+    Full training: 16-bit weights + fp32 master + optimizer moments; LoRA: the adapters with
+    their optimizer state. Scheduler and RNG state are a few KB.
+    """
+    P = model.total_params
+    extra = 1e6  # scheduler, RNG, trainer state
+    if setup.mode == "full":
+        prec = _precision(setup)
+        moments = MOMENTS[setup.optimizer] * _moment_bytes(setup, prec)
+        return P * (2 + prec.master + moments) + extra
+    if setup.mode in ("lora", "qlora"):
+        A = adapter_params(model, setup)
+        return A * (4 + 8) + extra
+    return 0.0
+
+
+def _breakdown(model: ModelSpec, setup: TrainingSetup) -> _Bytes:
+    prec = _precision(setup)
+    out = _Bytes()
+    _weights(model, setup, prec, out)
+    if setup.trains:
+        _gradients_and_optimizer(model, setup, prec, out)
+        _activations(model, setup, prec, out)
+    else:
+        _inference_activations(model, setup, out)
+    return out
+
+
+def model_states_gb(model: ModelSpec, setup: TrainingSetup) -> float:
+    """Weights + gradients + optimizer state per GPU, the way DeepSpeed's estimators count them.
+
+    DeepSpeed's `estimate_zero3_model_states_mem_needs` counts 4 x the largest layer for gathered
+    parameters (fp16 params + grads) instead of the live-parameter buffers; activations and
+    buffers are excluded.
+    """
+    prec = _precision(setup)
+    out = _Bytes()
+    _weights(model, setup, prec, out)
+    _gradients_and_optimizer(model, setup, prec, out)
+    gathered = 4 * model.largest_layer_params if setup.zero == 3 else out.gathered
+    return (out.weights + gathered + out.gradients + out.optimizer) / GB
+
+
+def estimate(model: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
+    """The memory estimate for `model` under `setup` (per GPU)."""
+    parts = _breakdown(model, setup)
+    allocated = parts.peak
+    slack = RESERVED_SLACK_TRAIN if setup.trains else RESERVED_SLACK_INFER
+    reserved = allocated * (1 + slack)
+    context = CUDA_CONTEXT_GB * GB + (NCCL_BUFFERS_GB * GB if setup.gpus > 1 else 0.0)
+    device = reserved + context
+    required = device * (1 + setup.margin)
+
+    # The breakdown sums to the device view: activations include the logits/loss transient;
+    # overhead is buffers + allocator slack + CUDA context.
+    breakdown = MemoryBreakdown(
+        weights=_r(parts.weights + parts.gathered),
+        gradients=_r(parts.gradients),
+        optimizer=_r(parts.optimizer),
+        activations=_r(parts.activations + parts.logits),
+        overhead=_r(parts.buffers + (device - allocated)),
+    )
+    assumptions = list(dict.fromkeys(_assumptions(model, setup) + parts.notes))
+    return MemoryEstimate(
+        model=model.name,
+        params_b=round(model.total_params / 1e9, 3),
+        trainable_params_b=round(trainable_params(model, setup) / 1e9, 4),
+        peak_gb_per_gpu=_r(allocated),
+        reserved_gb_per_gpu=_r(reserved),
+        device_gb_per_gpu=_r(device),
+        required_gb_per_gpu=_r(required),
+        margin=setup.margin,
+        breakdown_gb=breakdown,
+        checkpoint_gb=_r(_checkpoint_bytes(model, setup)),
+        model_files_gb=_r(model.total_params * 2),
+        cpu_offload_gb=_r(parts.cpu_offload),
+        assumptions=assumptions,
+    )
+
+
+def _r(x: float) -> float:
+    return round(x / GB, 2)
+
+
+def _assumptions(model: ModelSpec, setup: TrainingSetup) -> list[str]:
+    out = [f"precision {setup.precision}, optimizer {setup.optimizer}, seq_len {setup.seq_len}, "
+           f"micro_batch {setup.micro_batch}"]
+    if setup.trains:
+        out.append("gradients counted as resident during forward (gradient accumulation)")
+        out.append("chunked cross-entropy: fp32 log-softmax kept per chunk" if setup.chunked_loss else
+                   "HF-style loss: 16-bit logits + fp32 up-cast, log-softmax and its gradient (--chunked-loss needs less)")
+    if setup.mode in ("lora", "qlora"):
+        out.append(f"LoRA rank {setup.lora_rank} on {','.join(setup.lora_targets)}; dropout 0")
+    if setup.mode == "qlora":
+        out.append("NF4 base " + ("with" if setup.double_quant else "without") + " double quantisation; "
+                   "embeddings, lm_head and norms stay 16-bit")
+    out.append(f"reserved = allocated x {1 + (RESERVED_SLACK_TRAIN if setup.trains else RESERVED_SLACK_INFER):.2f}; "
+               f"device adds {CUDA_CONTEXT_GB} GB CUDA context" + (f" + {NCCL_BUFFERS_GB} GB NCCL" if setup.gpus > 1 else ""))
+    if model.num_experts > 1:
+        out.append(f"MoE: all {model.num_experts} experts resident; activations for {model.experts_per_token} per token")
+    return out

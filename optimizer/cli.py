@@ -67,6 +67,49 @@ def cli() -> None:
     """
 
 
+@cli.command("models")
+@click.argument("model", required=False)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table for people; json (with aliases and notes) for scripts.")
+def models_command(model: str | None, fmt: str) -> None:
+    """List the model presets that --model accepts, or show what one MODEL resolves to.
+
+    \b
+    Examples:
+      rentopt models                          every preset: shape, parameter count, source
+      rentopt models --format json            the same as JSON, with each preset's aliases
+      rentopt models 13b                      which shape a bare size stands for
+      rentopt models Qwen/Qwen2.5-7B-Instruct an alias or Hugging Face repo id
+      rentopt models ./my-model/config.json   the shape read from a config.json
+
+    MODEL (and --model elsewhere) is a preset id or alias, case-insensitive; a size such as
+    7b, 6.7b or 350m, mapped to the nearest standard decoder shape (the output says which); or
+    a path to a Hugging Face config.json. Params are totals; MoE models also show the
+    parameters active per token.
+    """
+    import json
+
+    from tabulate import tabulate
+
+    from optimizer.workload import describe, format_params, list_presets, resolve_model
+
+    specs = [resolve_model(model)] if model else list_presets()
+    rows = [describe(spec) for spec in specs]
+    if fmt == "json":
+        click.echo(json.dumps(rows[0] if model else rows, indent=2))
+        return
+    table = [
+        [r["id"], r["family"], format_params(r["params"]),
+         "" if r["active_params"] is None else format_params(r["active_params"]),
+         r["layers"], r["hidden"], f"{r['heads']}/{r['kv_heads']}", r["vocab"], r["source"]]
+        for r in rows
+    ]
+    headers = ["id", "family", "params", "active", "layers", "hidden", "heads/kv", "vocab", "source"]
+    click.echo(tabulate(table, headers=headers, disable_numparse=True))
+    for note in rows[0]["notes"] if model else ():
+        click.echo(f"note: {note}")
+
+
 def main() -> None:
     try:
         cli(prog_name="rentopt")

@@ -126,6 +126,7 @@ class _Bytes:
     activations: float = 0.0  # saved for backward, or KV cache + prefill workspace for inference
     logits: float = 0.0  # loss path transient at the end of forward
     buffers: float = 0.0  # DDP buckets, dequantisation, ZeRO reduce buckets
+    backward_gathered: float = 0.0  # parameters left unsharded by the end of backward (frozen FSDP units)
     cpu_offload: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -135,7 +136,9 @@ class _Bytes:
 
     @property
     def peak(self) -> float:
-        return self.states + self.buffers + self.activations + self.logits
+        # The forward/backward boundary holds every saved activation and the loss; the end of
+        # backward holds whatever sharded training failed to release, with activations freed.
+        return self.states + self.buffers + max(self.activations + self.logits, self.backward_gathered)
 
 
 @dataclass(frozen=True)
@@ -258,11 +261,17 @@ def _weights(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Byt
                 frozen /= dp
             out.gathered += _gathered_bytes(model, setup, prec.weight, trainable=False, out=out)
         elif setup.fsdp:
-            # Measured FSDP + LoRA peaks stay close to the unsharded size: LitGPT Llama-2-13B LoRA
-            # 35.6 GB/GPU on 4 x A100 vs 38.1 GB on one; PEFT's README warns FSDP with mostly
-            # frozen parameters can use more memory (pytorch/pytorch#91165). The frozen 16-bit
-            # base is therefore counted unsharded.
-            out.notes.append("LoRA under FSDP: the frozen 16-bit base is counted unsharded (measured behaviour)")
+            # FSDP shards the frozen base between steps and re-gathers each unit for compute, but a
+            # unit whose flat parameter needs no gradient never gets the post-backward reshard, so
+            # by the end of backward every frozen unit is unsharded next to its shard
+            # (pytorch/pytorch#91165; PEFT README: FSDP with mostly frozen parameters can use more
+            # memory). Measured: LitGPT Llama-2 LoRA under FSDP, 7B on 2 x A100 22.18 GB vs 21.30
+            # on one; 13B on 4 x A100 35.57 GB vs 38.12 on one (tutorials/resource-tables.md).
+            out.backward_gathered += frozen
+            frozen /= dp
+            out.gathered += _gathered_bytes(model, setup, prec.weight, trainable=False, out=out)
+            out.notes.append("LoRA under FSDP: frozen units stay unsharded after their backward (no reshard "
+                             "without gradients), so the end of backward holds the whole base")
         out.weights += frozen
     else:  # inference
         out.weights += _inference_weights(model, setup) / tp_pp
@@ -490,7 +499,8 @@ def estimate(model: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
     # The breakdown sums to the device view: activations include the logits/loss transient;
     # overhead is buffers + allocator slack + CUDA context.
     breakdown = MemoryBreakdown(
-        weights=_r(parts.weights + parts.gathered),
+        weights=_r(parts.weights + parts.gathered
+                   + max(0.0, parts.backward_gathered - parts.activations - parts.logits)),
         gradients=_r(parts.gradients),
         optimizer=_r(parts.optimizer),
         activations=_r(parts.activations + parts.logits),

@@ -380,6 +380,7 @@ class Offer(BaseModel):
     ingress_gb: Decimal | None = Field(None, ge=0)
     net_up_mbps: float | None = None
     net_down_mbps: float | None = None
+    host_ram_gb: float | None = None  # CPU RAM of the node (what CPU offload can use)
     billing_granularity_s: int = Field(1, gt=0)
     billing_minimum_s: int = Field(0, ge=0)
     month_hours: int = Field(730, gt=0)  # hours in the provider's "month" (storage GB-month, monthly unit)
@@ -434,7 +435,9 @@ class Layout(BaseModel):
     micro_batch: int = 1
     required_gb_per_gpu: float
     gpu_memory_gb: float
-    scaling_efficiency: float = 1.0  # achieved / ideal linear speed-up over the GPUs used
+    scaling_efficiency: float = 1.0  # achieved / ideal linear speed-up over the GPUs used (prior)
+    scaling_low: float = 1.0  # pessimistic end of the prior
+    scaling_high: float = 1.0  # optimistic end of the prior
     penalty: str | None = None  # the stated scaling penalty, when there is one
     notes: list[str] = []
 

@@ -1,0 +1,131 @@
+"""The layout ladder: what fits where, the interconnect rules, and rejection messages."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from optimizer.feasibility import (
+    Fit,
+    NodeShape,
+    NoFit,
+    Pins,
+    classes_that_fit,
+    find_layout,
+    scaling_prior,
+    usable_gb,
+)
+from optimizer.hardware import get_gpu
+from optimizer.models import TrainingSetup
+from optimizer.workload import resolve_model
+
+LLAMA7 = resolve_model("llama-2-7b")
+LLAMA13 = resolve_model("llama-2-13b")
+LLAMA70 = resolve_model("llama-2-70b")
+
+
+def shape(gpu: str, n: int = 1, link: str = "pcie", **kw) -> NodeShape:
+    return NodeShape(gpu=get_gpu(gpu), gpus_per_node=n, interconnect=link, **kw)
+
+
+def test_plain_data_parallel_when_the_state_fits_one_gpu():
+    fit = find_layout(LLAMA7, TrainingSetup(mode="qlora"), shape("RTX-4090-24GB", 4))
+    assert isinstance(fit, Fit)
+    assert fit.layout.strategy == "ddp" and fit.layout.zero == 0
+    assert fit.layout.penalty is None  # adapters' gradients are tiny: DP is fine on PCIe (seed 002)
+    single = find_layout(LLAMA7, TrainingSetup(mode="qlora"), shape("RTX-4090-24GB", 1))
+    assert isinstance(single, Fit) and single.layout.strategy == "single"
+
+
+def test_sharding_over_pcie_carries_the_seed_penalty():
+    # 7B full fine-tune: ~120 GB of state; 8 x 24 GB PCIe cards need ZeRO-3 (seed 004's table).
+    fit = find_layout(LLAMA7, TrainingSetup(mode="full"), shape("RTX-4090-24GB", 8))
+    assert isinstance(fit, Fit)
+    assert fit.layout.strategy == "zero3"
+    assert fit.layout.penalty and "1.3x" in fit.layout.penalty
+    # efficiency = 0.65 ** log2(8) = 0.2746 (seed 000: doubling PCIe cards gives ~30 % more speed)
+    assert fit.layout.scaling_efficiency == pytest.approx(0.65**3, rel=1e-3)
+    assert fit.layout.required_gb_per_gpu <= fit.layout.gpu_memory_gb
+
+
+def test_same_job_on_nvlink_has_no_penalty_and_better_scaling():
+    pcie = find_layout(LLAMA7, TrainingSetup(mode="full"), shape("A100-PCIe-80GB", 8))
+    nvl = find_layout(LLAMA7, TrainingSetup(mode="full"), shape("A100-SXM4-80GB", 8, "nvlink"))
+    assert isinstance(pcie, Fit) and isinstance(nvl, Fit)
+    assert nvl.layout.scaling_efficiency > pcie.layout.scaling_efficiency
+
+
+def test_lowest_zero_stage_that_fits_is_chosen():
+    fit = find_layout(LLAMA7, TrainingSetup(mode="full"), shape("H100-SXM-80GB", 8, "nvlink"))
+    assert isinstance(fit, Fit)
+    assert fit.layout.strategy == "zero1"  # 16 B/param does not fit 80 GB, ZeRO-1 does
+
+
+def test_tensor_parallel_only_inside_nvlink():
+    # 70B inference in bf16 (~140 GB) needs splitting over 2+ 80 GB cards.
+    nv = find_layout(LLAMA70, TrainingSetup(mode="inference"), shape("H100-SXM-80GB", 2, "nvlink"))
+    assert isinstance(nv, Fit) and nv.layout.tensor_parallel == 2
+    pcie = find_layout(LLAMA70, TrainingSetup(mode="inference"), shape("A100-PCIe-80GB", 4))
+    assert isinstance(pcie, Fit) and pcie.layout.tensor_parallel == 1 and pcie.layout.pipeline_parallel == 4
+
+
+def test_multi_node_needs_fast_fabric():
+    eth = find_layout(LLAMA70, TrainingSetup(mode="full"),
+                      shape("H100-SXM-80GB", 8, "nvlink", nodes=2, fabric="ethernet", fabric_gbps=100))
+    assert isinstance(eth, NoFit) and eth.constraint == "fabric"
+    assert "200" in eth.reason and "ethernet" in eth.reason
+    slow_ib = find_layout(LLAMA70, TrainingSetup(mode="full"),
+                          shape("H100-SXM-80GB", 8, "nvlink", nodes=2, fabric="infiniband", fabric_gbps=100))
+    assert isinstance(slow_ib, NoFit) and "100 Gb/s" in slow_ib.reason
+    ib = find_layout(LLAMA70, TrainingSetup(mode="full"),
+                     shape("H100-SXM-80GB", 8, "nvlink", nodes=4, fabric="infiniband", fabric_gbps=3200))
+    assert isinstance(ib, Fit) and ib.layout.nodes == 4
+    assert ib.layout.scaling_efficiency < 1
+
+
+def test_rejection_states_the_numbers():
+    nofit = find_layout(LLAMA13, TrainingSetup(mode="lora"), shape("A10G-24GB", 1), pins=Pins(offload="none"))
+    assert isinstance(nofit, NoFit) and nofit.constraint == "memory"
+    m = re.search(r"needs ([\d.]+) GB per GPU.*A10G-24GB has ([\d.]+) GB", nofit.reason)
+    assert m, nofit.reason
+    assert float(m.group(1)) > float(m.group(2))
+
+
+def test_offload_needs_host_ram():
+    nofit = find_layout(LLAMA70, TrainingSetup(mode="full"), shape("A10G-24GB", 1))
+    assert isinstance(nofit, NoFit)
+    assert "host RAM" in nofit.reason
+    roomy = find_layout(LLAMA7, TrainingSetup(mode="full"), shape("A10G-24GB", 1, host_ram_gb=512))
+    assert isinstance(roomy, Fit) and roomy.layout.offload != "none"
+
+
+def test_pins_restrict_the_ladder():
+    fit = find_layout(LLAMA7, TrainingSetup(mode="full"), shape("H100-SXM-80GB", 8, "nvlink"), pins=Pins(zero=3))
+    assert isinstance(fit, Fit) and fit.layout.strategy == "zero3"
+
+
+def test_memory_scale_from_a_measured_peak():
+    base = find_layout(LLAMA7, TrainingSetup(mode="qlora"), shape("RTX-4090-24GB", 1))
+    scaled = find_layout(LLAMA7, TrainingSetup(mode="qlora"), shape("RTX-4090-24GB", 1), memory_scale=1.5)
+    assert isinstance(base, Fit) and isinstance(scaled, Fit)
+    assert scaled.layout.required_gb_per_gpu == pytest.approx(base.layout.required_gb_per_gpu * 1.5, abs=0.02)
+
+
+def test_usable_memory_uses_reported_mib():
+    assert usable_gb(get_gpu("H100-SXM-80GB")) == pytest.approx(81559 * 2**20 / 1e9, rel=1e-3)
+    # A modded 48 GB RTX 4090 offered as such is believed.
+    assert usable_gb(get_gpu("RTX-4090-24GB"), 48) > 48
+
+
+def test_scaling_prior_shape():
+    assert scaling_prior("sharded-pcie", 4) == (0.36, 0.4225, 0.5625)
+    low, mid, high = scaling_prior("dp-nvlink", 8)
+    assert low < mid < high <= 1
+
+
+def test_classes_that_fit_for_estimate():
+    table = classes_that_fit(LLAMA13, TrainingSetup(mode="lora"), [get_gpu("RTX-4090-24GB"), get_gpu("RTX-A6000-48GB")])
+    one = {f.layout.gpu for f in table[1]}
+    assert "RTX-A6000-48GB" in one  # 13B LoRA needs ~38 GB with margin: a 48 GB card holds it
+    assert all(f.layout.gpu != "RTX-4090-24GB" or f.layout.offload != "none" for f in table[1])

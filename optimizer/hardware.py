@@ -1,0 +1,432 @@
+"""The GPU catalog (`data/gpus.toml`) and the mapping of provider GPU spellings onto its ids.
+
+Providers name one GPU many ways ("NVIDIA GeForce RTX 4090", "RTX 4090", "geforcertx4090-pcie-24gb")
+and one name can cover several GPUs ("A100 SXM4" is 40 GB or 80 GB). `normalise` maps a spelling to a
+catalog id in three steps, and never by similarity (provider-apis.md 9.1 and 11.10: the RTX 6000 /
+RTX 6000 Ada / RTX PRO 6000 mix-up is the classic error):
+
+1. canonicalise the text: case, separators, a leading "8x" count and words that never tell two GPUs
+   apart (NVIDIA, GeForce, Tesla, ...);
+2. look the whole name up in the explicit alias table built from the catalog;
+3. parse its structure: strip the memory ("80GB") and then the variant ("SXM5", "PCIe", "NVL") and look
+   the family up again, keeping the stripped facts as filters.
+
+A name listed as ambiguous resolves only when the memory in the name, a memory hint or a form-factor
+hint leaves exactly one candidate. A name that says PCIe only ever maps to a PCIe record, and NVL
+cards are neither PCIe nor SXM for that purpose.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from pydantic import ValidationError
+
+from optimizer.errors import UnknownGpuError
+from optimizer.models import GpuMatch, GpuSpec
+
+CATALOG_RESOURCE = ("data", "gpus.toml")
+
+# Reported memory sits a few percent below the label (MiB vs GB, reserved memory: H100 81,559 MiB
+# for "80GB", A10 23,028 MiB for "24GB"); gpuhunt accepts a reported size within 7 % of a known one
+# (github:dstackai/gpuhunt src/gpuhunt/_internal/constraints.py, correct_gpu_memory_gib).
+MEMORY_TOLERANCE = 0.07
+
+FORM_FACTORS = ("SXM", "PCIe", "OAM")
+GPU_CLASSES = ("datacenter", "workstation", "consumer")
+
+# Words that never tell two GPUs apart. "Quadro" is NOT one of them: "Quadro RTX 6000" (Turing,
+# 24 GB) and "RTX 6000" (which may be the Ada card) differ exactly by it.
+_NOISE_WORDS = frozenset({"nvidia", "geforce", "tesla", "amd", "instinct", "intel", "huawei", "generation"})
+# Memory technology words: dropped in the structural step, they never decide between records.
+_MEMORY_TYPE_WORDS = frozenset({"hbm2", "hbm2e", "hbm3", "hbm3e", "gddr6", "gddr6x", "gddr7"})
+_VARIANT_WORDS = {
+    "sxm": "SXM", "sxm2": "SXM", "sxm3": "SXM", "sxm4": "SXM", "sxm5": "SXM", "sxm6": "SXM",
+    "pcie": "PCIe", "nvl": "NVL", "oam": "OAM",
+}
+_SEPARATORS = re.compile(r"[\s_\-/(),:;+]+")
+_MEMORY_WORD = re.compile(r"^(\d+(?:\.\d+)?)(?:gb|gib|g)$")
+_COUNT_PREFIX = re.compile(r"^\d+x$")
+
+# Keys a [[gpu]] table may hold: GpuSpec's fields, with `class` accepted for `gpu_class`.
+_SPEC_FIELDS = frozenset(GpuSpec.model_fields)
+_ALLOWED_KEYS = (_SPEC_FIELDS - {"gpu_class"}) | {"class"}
+# GpuSpec fields that are required but may be null: TOML has no null, so a missing key means None.
+_NULLABLE_REQUIRED = ("bf16_tflops", "fp16_tflops", "nvlink_gbps")
+
+
+# --------------------------------------------------------------------------------------------
+# Canonical spelling
+
+
+def name_tokens(raw: str) -> list[str]:
+    """The words of a GPU spelling, lower-cased, with counts, vendor words and separators gone.
+
+    >>> name_tokens("NVIDIA GeForce RTX 4090")
+    ['rtx', '4090']
+    >>> name_tokens("1x H100 SXM5 80GB")
+    ['h100', 'sxm5', '80gb']
+    >>> name_tokens("H100 (80 GB SXM5)")
+    ['h100', '80gb', 'sxm5']
+    >>> name_tokens("geforcertx4090-pcie-24gb")
+    ['rtx4090', 'pcie', '24gb']
+    >>> name_tokens("Tesla V100-PCI-E-16GB")
+    ['v100', 'pcie', '16gb']
+    """
+    text = raw.lower()
+    text = re.sub(r"pci[\s_\-]?e(?:xpress)?\b", "pcie", text)
+    text = re.sub(r"(\d)\s+(gib|gb|g)\b", r"\1\2", text)  # "80 GB" -> "80gb"
+    words = [w for w in _SEPARATORS.split(text) if w]
+    if len(words) > 1 and _COUNT_PREFIX.match(words[0]):  # DataCrunch "8x H100 SXM5 80GB"
+        words = words[1:]
+    out = []
+    for word in words:
+        if word.startswith("geforce") and len(word) > len("geforce"):  # TensorDock "geforcertx4090"
+            word = word[len("geforce"):]
+        if word not in _NOISE_WORDS:
+            out.append(word)
+    return out
+
+
+def canonical_key(raw: str) -> str:
+    """The lookup key of a spelling: its words joined, so spacing and separators do not matter.
+
+    >>> canonical_key("NVIDIA  RTX A4500") == canonical_key("RTXA4500") == "rtxa4500"
+    True
+    >>> canonical_key("H100_NVL")
+    'h100nvl'
+    """
+    return "".join(name_tokens(raw))
+
+
+def form_factor_of(text: str) -> str:
+    """The form factor ("SXM", "PCIe", "NVL", "OAM") a hint or a name word stands for.
+
+    >>> form_factor_of("SXM5"), form_factor_of("pci-e"), form_factor_of("NVL")
+    ('SXM', 'PCIe', 'NVL')
+    """
+    words = name_tokens(text)
+    if len(words) == 1 and words[0] in _VARIANT_WORDS:
+        return _VARIANT_WORDS[words[0]]
+    raise ValueError(f"unknown form factor {text!r}; use SXM, PCIe, NVL or OAM")
+
+
+def memory_matches(label_gb: float, reported_gb: float) -> bool:
+    """Whether a reported memory size is the labelled one (within MEMORY_TOLERANCE).
+
+    >>> memory_matches(80, 81559 / 1024), memory_matches(24, 23028 / 1024)
+    (True, True)
+    >>> memory_matches(40, 80), memory_matches(80, 94)
+    (False, False)
+    """
+    return abs(reported_gb - label_gb) <= MEMORY_TOLERANCE * label_gb
+
+
+def variant_of(spec: GpuSpec) -> str:
+    """The variant a name word must name to select `spec`: its form factor, or "NVL" for NVL cards."""
+    return "NVL" if "NVL" in spec.id.split("-") else spec.form_factor
+
+
+def _fits_memory(spec: GpuSpec, gb: float) -> bool:
+    # A multi-device card (MI250X: 2 x 64 GB) may be reported per device.
+    return memory_matches(spec.memory_gb, gb) or (
+        spec.devices_per_card > 1 and memory_matches(spec.memory_gb / spec.devices_per_card, gb)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def parse_catalog(text: str) -> dict[str, GpuSpec]:
+    """Parse and check a catalog in the gpus.toml format; ValueError names the bad record and field."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"GPU catalog is not valid TOML: {exc}") from exc
+    records = data.get("gpu")
+    if not isinstance(records, list) or not records:
+        raise ValueError("GPU catalog has no [[gpu]] records")
+    catalog: dict[str, GpuSpec] = {}
+    for position, record in enumerate(records, start=1):
+        spec = _spec_from_record(record, position)
+        if spec.id in catalog:
+            raise ValueError(f"GPU catalog lists {spec.id} twice")
+        catalog[spec.id] = spec
+    build_alias_index(catalog.values())  # alias clashes are catalog errors, found at load time
+    return catalog
+
+
+def _spec_from_record(record: Mapping[str, Any], position: int) -> GpuSpec:
+    where = f"GPU catalog record {position} ({record.get('id', 'no id')})"
+    unknown = sorted(set(record) - _ALLOWED_KEYS)
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    fields = {("gpu_class" if key == "class" else key): value for key, value in record.items()}
+    for key in _NULLABLE_REQUIRED:
+        fields.setdefault(key, None)
+    try:
+        spec = GpuSpec(**fields)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{where}: {problems}") from exc
+    if spec.form_factor not in FORM_FACTORS:
+        raise ValueError(f"{where}: form_factor must be one of {', '.join(FORM_FACTORS)}")
+    if not (spec.memory_gb > 0 and spec.memory_bandwidth_gbps > 0):
+        raise ValueError(f"{where}: memory_gb and memory_bandwidth_gbps must be positive")
+    if not spec.sources:
+        raise ValueError(f"{where}: every record needs at least one source")
+    return spec
+
+
+@lru_cache(maxsize=1)
+def _packaged_catalog() -> dict[str, GpuSpec]:
+    text = resources.files("optimizer").joinpath(*CATALOG_RESOURCE).read_text(encoding="utf-8")
+    return parse_catalog(text)
+
+
+def load_catalog() -> dict[str, GpuSpec]:
+    """The packaged catalog, id -> GpuSpec, in file order (parsed once; a fresh dict per call)."""
+    return dict(_packaged_catalog())
+
+
+def all_gpus() -> list[GpuSpec]:
+    return list(_packaged_catalog().values())
+
+
+def get_gpu(gpu_id: str) -> GpuSpec:
+    """The record with exactly this canonical id; KeyError otherwise (see resolve_user_gpu for names)."""
+    try:
+        return _packaged_catalog()[gpu_id]
+    except KeyError:
+        raise KeyError(f"no GPU with id {gpu_id!r} in the catalog") from None
+
+
+def select_gpus(gpu_class: str | None = None, min_memory_gb: float | None = None) -> list[GpuSpec]:
+    """Catalog records of one class and/or with at least `min_memory_gb` of memory, in file order."""
+    if gpu_class is not None and gpu_class not in GPU_CLASSES:
+        raise ValueError(f"unknown GPU class {gpu_class!r}; use {', '.join(GPU_CLASSES)}")
+    return [
+        g for g in all_gpus()
+        if (gpu_class is None or g.gpu_class == gpu_class)
+        and (min_memory_gb is None or g.memory_gb >= min_memory_gb)
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Alias index
+
+
+@dataclass(frozen=True)
+class AliasIndex:
+    exact: Mapping[str, str]  # canonical key -> id
+    ambiguous: Mapping[str, tuple[str, ...]]  # canonical key -> candidate ids, catalog order
+
+
+def build_alias_index(specs: Iterable[GpuSpec]) -> AliasIndex:
+    """Canonical key -> id(s). Raises ValueError when a key names two records or is both kinds."""
+    exact: dict[str, str] = {}
+    ambiguous: dict[str, list[str]] = {}
+    for spec in specs:
+        for alias in (spec.id, *spec.aliases):
+            key = canonical_key(alias)
+            if not key:
+                raise ValueError(f"{spec.id}: alias {alias!r} is empty once canonicalised")
+            owner = exact.setdefault(key, spec.id)
+            if owner != spec.id:
+                raise ValueError(f"alias {alias!r} of {spec.id} is also an alias of {owner}")
+        for alias in spec.ambiguous_aliases:
+            ids = ambiguous.setdefault(canonical_key(alias), [])
+            if spec.id not in ids:
+                ids.append(spec.id)
+    both = sorted(set(exact) & set(ambiguous))
+    if both:
+        raise ValueError(f"GPU catalog lists {', '.join(both)} both as an alias and as ambiguous")
+    single = sorted(k for k, ids in ambiguous.items() if len(ids) < 2)
+    if single:
+        raise ValueError(f"ambiguous alias(es) {', '.join(single)} name only one record; make them aliases")
+    return AliasIndex(exact, {k: tuple(ids) for k, ids in ambiguous.items()})
+
+
+@lru_cache(maxsize=1)
+def _index() -> AliasIndex:
+    return build_alias_index(_packaged_catalog().values())
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation
+
+
+@dataclass(frozen=True)
+class _NameFacts:
+    """What a spelling says besides its family: memory ("80GB") and variant ("SXM5")."""
+
+    memory_gb: float | None
+    variant: str | None
+    contradictory: bool  # two memories or two variants: the name cannot be trusted
+
+
+def _name_facts(words: list[str]) -> _NameFacts:
+    memories = {float(m.group(1)) for w in words if (m := _MEMORY_WORD.match(w))}
+    variants = {_VARIANT_WORDS[w] for w in words if w in _VARIANT_WORDS}
+    return _NameFacts(
+        memory_gb=next(iter(memories)) if len(memories) == 1 else None,
+        variant=next(iter(variants)) if len(variants) == 1 else None,
+        contradictory=len(memories) > 1 or len(variants) > 1,
+    )
+
+
+def _lookup_keys(words: list[str]) -> list[tuple[str, bool]]:
+    """Keys to try, most specific first, each with whether the name's facts were stripped from it."""
+    keys = [("".join(words), False)]
+    no_memory = [w for w in words if not _MEMORY_WORD.match(w)]
+    if len(no_memory) < len(words):
+        keys.append(("".join(no_memory), True))
+    family = [w for w in no_memory if w not in _VARIANT_WORDS and w not in _MEMORY_TYPE_WORDS]
+    if family and len(family) < len(no_memory):
+        keys.append(("".join(family), True))
+    return keys
+
+
+def normalise(
+    raw_name: str, memory_hint_gb: float | None = None, *, form_factor_hint: str | None = None
+) -> GpuMatch:
+    """Map a provider's GPU spelling to a catalog id.
+
+    `memory_hint_gb` is the per-GPU memory the provider reports (GB or GiB; e.g. Vast gpu_ram / 1024);
+    None, 0 or a negative/NaN value means no hint. `form_factor_hint` is "SXM", "PCIe", "NVL" or "OAM"
+    (spellings like "SXM5" are accepted). Status: "exact" when the name alone decides (memory or variant
+    written in the name count as the name), "by_memory" when a hint was needed, "ambiguous" (gpu None,
+    candidates listed) when several records remain, "unknown" (gpu None) when nothing matches.
+
+    >>> normalise("NVIDIA GeForce RTX 4090").gpu
+    'RTX-4090-24GB'
+    >>> m = normalise("A100 SXM4", 81920 / 1024)
+    >>> m.gpu, m.status
+    ('A100-SXM4-80GB', 'by_memory')
+    >>> normalise("H100", 80).status
+    'ambiguous'
+    """
+    memory_hint = memory_hint_gb if memory_hint_gb and math.isfinite(memory_hint_gb) and memory_hint_gb > 0 else None
+    hint_variant = form_factor_of(form_factor_hint) if form_factor_hint else None
+    words = name_tokens(raw_name)
+    if not words:
+        return GpuMatch(raw=raw_name, gpu=None, status="unknown", note="empty GPU name")
+    facts = _name_facts(words)
+    # A name stating two memories or two variants is only trusted as a literal alias.
+    keys = [("".join(words), False)] if facts.contradictory else _lookup_keys(words)
+    index, catalog = _index(), _packaged_catalog()
+    for key, facts_stripped in keys:
+        if key in index.exact:
+            spec = catalog[index.exact[key]]
+            if facts_stripped and not _consistent(spec, facts.variant, None):
+                return GpuMatch(raw=raw_name, gpu=None, status="unknown",
+                                note=f"the name says {facts.variant} but {spec.id} is {variant_of(spec)}")
+            return _exact(raw_name, spec, facts.memory_gb if facts_stripped else None, memory_hint, hint_variant)
+        if key in index.ambiguous:
+            return _choose(raw_name, [catalog[i] for i in index.ambiguous[key]], facts, memory_hint, hint_variant)
+    note = "the name states two memory sizes or variants" if facts.contradictory else "no catalog alias matches this name"
+    return GpuMatch(raw=raw_name, gpu=None, status="unknown", note=note)
+
+
+def _consistent(spec: GpuSpec, variant: str | None, memory_gb: float | None) -> bool:
+    return (variant is None or variant_of(spec) == variant) and (memory_gb is None or _fits_memory(spec, memory_gb))
+
+
+def _exact(raw: str, spec: GpuSpec, name_memory: float | None, memory_hint: float | None,
+           hint_variant: str | None) -> GpuMatch:
+    notes = []
+    for what, gb in (("the name's memory", name_memory), ("memory hint", memory_hint)):
+        if gb is not None and not _fits_memory(spec, gb):
+            notes.append(f"{what} {gb:g} GB differs from {spec.id} ({spec.memory_gb:g} GB): "
+                         "a modified card or a provider reporting error")
+    if hint_variant is not None and hint_variant != variant_of(spec):
+        notes.append(f"form-factor hint {hint_variant} ignored: the name identifies {spec.id} ({variant_of(spec)})")
+    return GpuMatch(raw=raw, gpu=spec.id, status="exact", note="; ".join(notes))
+
+
+def _choose(raw: str, candidates: list[GpuSpec], facts: _NameFacts, memory_hint: float | None,
+            hint_variant: str | None) -> GpuMatch:
+    named = [c for c in candidates if _consistent(c, facts.variant, facts.memory_gb)]
+    if not named:
+        return GpuMatch(raw=raw, gpu=None, status="unknown",
+                        note=f"none of {', '.join(c.id for c in candidates)} matches the memory or variant in the name")
+    if len(named) == 1:
+        return GpuMatch(raw=raw, gpu=named[0].id, status="exact")
+    hinted = [c for c in named if _consistent(c, hint_variant, memory_hint)]
+    ids = tuple(c.id for c in named)
+    if len(hinted) == 1:
+        used = [f"memory hint {memory_hint:g} GB" if memory_hint is not None else "",
+                f"form-factor hint {hint_variant}" if hint_variant is not None else ""]
+        return GpuMatch(raw=raw, gpu=hinted[0].id, status="by_memory", candidates=ids,
+                        note=f"chosen among {', '.join(ids)} by {' and '.join(u for u in used if u)}")
+    if not hinted:
+        return GpuMatch(raw=raw, gpu=None, status="ambiguous", candidates=ids,
+                        note="the memory/form-factor hints match none of the candidates")
+    return GpuMatch(raw=raw, gpu=None, status="ambiguous", candidates=tuple(c.id for c in hinted),
+                    note="several catalog GPUs share this name; pass a memory or form-factor hint")
+
+
+# --------------------------------------------------------------------------------------------
+# User input
+
+
+def resolve_user_gpu(text: str) -> GpuSpec:
+    """A GPU named by a user (`--gpu`): a catalog id or any unambiguous alias, case-insensitive.
+
+    Raises UnknownGpuError with one line that lists the candidates of an ambiguous name or the
+    closest catalog ids to a typo (difflib is fine here: this is a person's typing, not a feed).
+    """
+    if not text.strip():
+        raise UnknownGpuError("empty GPU name: pass a catalog id such as H100-SXM-80GB (see `rentopt gpus`).")
+    match = normalise(text)
+    if match.gpu is not None:
+        spec = get_gpu(match.gpu)
+        typed_memory = _name_facts(name_tokens(text)).memory_gb
+        literal_alias = canonical_key(text) in _index().exact  # "NVIDIA GH200 480GB" counts host memory
+        if literal_alias or typed_memory is None or _fits_memory(spec, typed_memory):
+            return spec
+        # A provider's misstated memory is only noted; a person's is more likely a typo.
+        raise UnknownGpuError(
+            f"GPU {text!r} says {typed_memory:g} GB but {spec.id} has {spec.memory_gb:g} GB: "
+            f"did you mean {spec.id}? Run `rentopt gpus` to list every id."
+        )
+    if match.status == "ambiguous":
+        raise UnknownGpuError(
+            f"GPU name {text!r} is ambiguous: it could be {_or_list(match.candidates)}; pass one of these ids."
+        )
+    suggestions = _close_ids(text)
+    if suggestions:
+        raise UnknownGpuError(
+            f"unknown GPU {text!r}: did you mean {_or_list(suggestions)}? Run `rentopt gpus` to list every id."
+        )
+    raise UnknownGpuError(f"unknown GPU {text!r}: run `rentopt gpus` to list the catalog ids.")
+
+
+def _close_ids(text: str, limit: int = 3) -> list[str]:
+    index = _index()
+    names: dict[str, list[str]] = {key: [gpu_id] for key, gpu_id in index.exact.items()}
+    names.update({key: list(ids) for key, ids in index.ambiguous.items()})
+    found: list[str] = []
+    for key in difflib.get_close_matches(canonical_key(text), list(names), n=10, cutoff=0.6):
+        for gpu_id in names[key]:
+            if gpu_id not in found:
+                found.append(gpu_id)
+    return found[:limit]
+
+
+def _or_list(items: Iterable[str]) -> str:
+    """
+    >>> _or_list(["a"]), _or_list(["a", "b", "c"])
+    ('a', 'a, b or c')
+    """
+    items = list(items)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"

@@ -26,6 +26,7 @@ import os
 import random
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
@@ -69,6 +70,9 @@ class Provider(ABC):
     max_concurrency: ClassVar[int] = 4
     max_pages: ClassVar[int] = 200
     docs_url: ClassVar[str] = ""
+    # check_offers fails a response in which most rows were skipped (schema drift). A plugin
+    # whose skips are not rows (the sheet plugin skips whole files) turns this off.
+    guard_skipped_share: ClassVar[bool] = True
 
     @classmethod
     def base_url_env(cls) -> str:
@@ -282,9 +286,12 @@ class FetchContext:
         self.skipped.append((str(row_id), reason))
 
     def offer(self, *, gpu_raw: str, gpu_memory_gb: float | None = None,
-              price_options: list[PriceOption], **fields: Any) -> Offer | None:
+              price_options: list[PriceOption], form_factor_hint: str | None = None,
+              **fields: Any) -> Offer | None:
         """Build an Offer with this provider's defaults, normalising the GPU name.
 
+        `form_factor_hint` ("SXM", "PCIe", "NVL") is passed to `normalise` for names that several
+        catalog GPUs share (RunPod's "NVIDIA H200" whose displayName says "H200 SXM").
         Returns None (and counts a skip) when the row has no usable price or fails validation.
         An unknown GPU name is kept with its raw spelling and counted, never dropped.
         """
@@ -294,7 +301,7 @@ class FetchContext:
         if not price_options:
             self.skip(row_id, "no usable price (missing, zero or unknown)")
             return None
-        match = normalise(gpu_raw, gpu_memory_gb)
+        match = normalise(gpu_raw, gpu_memory_gb, form_factor_hint=form_factor_hint)
         if match.status in ("unknown", "ambiguous"):
             self.unknown_gpus.add(gpu_raw)
         if gpu_memory_gb is None:
@@ -444,7 +451,7 @@ def check_offers(ctx: FetchContext, offers: list[Offer]) -> None:
     total = len(offers) + len(ctx.skipped)
     if total == 0:
         raise ctx.schema_error("the response held no offers at all")
-    if len(ctx.skipped) > MAX_SKIPPED_SHARE * total:
+    if ctx.provider.guard_skipped_share and len(ctx.skipped) > MAX_SKIPPED_SHARE * total:
         raise ctx.schema_error(
             f"{len(ctx.skipped)} of {total} rows could not be used (first: {ctx.skipped[0][1]}); "
             "the API's format has probably changed"
@@ -460,16 +467,25 @@ def check_offers(ctx: FetchContext, offers: list[Offer]) -> None:
 
 async def fetch_all(providers: list[Provider], settings: HttpSettings | None = None,
                     transport: httpx.AsyncBaseTransport | None = None,
-                    fetched_at: datetime | None = None) -> list[FetchOutcome]:
+                    fetched_at: datetime | None = None,
+                    on_done: Callable[[FetchOutcome], None] | None = None) -> list[FetchOutcome]:
     """Fetch every provider concurrently over one shared client; one failure never stops others.
 
     `transport` and `fetched_at` exist for replaying recorded responses (tests, the bundled
-    snapshot build, benchmarks).
+    snapshot build, benchmarks). `on_done` is called with each outcome as soon as it is ready
+    (refresh's progress lines); results still come back in the order of `providers`.
     """
     settings = settings or HttpSettings.from_env()
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
+
+    async def one(p: Provider, client: httpx.AsyncClient) -> FetchOutcome:
+        outcome = await fetch_one(p, client, settings, fetched_at)
+        if on_done is not None:
+            on_done(outcome)
+        return outcome
+
     async with httpx.AsyncClient(
         limits=limits, transport=transport, follow_redirects=True,
         headers={"User-Agent": "rentopt (+https://github.com/rentopt/rentopt)"},
     ) as client:
-        return list(await asyncio.gather(*(fetch_one(p, client, settings, fetched_at) for p in providers)))
+        return list(await asyncio.gather(*(one(p, client) for p in providers)))

@@ -10,7 +10,9 @@
 
 `path` is the URL path on the provider's API host; `params` (optional) must all be present in
 the request's query (first matching route wins, so list specific routes first); `status`
-(default 200) and `headers` are optional. The same manifest drives the provider tests (respx),
+(default 200) and `headers` are optional. `host` (optional, "https://other.example") serves a
+route from a second host the provider also reads (AWS's spot feed); without it the route is on
+the provider's API host. The same manifest drives the provider tests (respx),
 the bundled snapshot build (tools/build_snapshot.py) and the refresh benchmark, so all three
 replay exactly the same responses. Dev/test only: nothing here ships in the package.
 """
@@ -35,6 +37,7 @@ class FixtureRoute:
     params: dict[str, str] = field(default_factory=dict)
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
+    host: str | None = None  # scheme://netloc of a second host; None: the provider's API host
 
     def body(self) -> bytes:
         return self.fixture.read_bytes()
@@ -58,6 +61,7 @@ def load_manifest(provider: str, fixtures: Path = FIXTURES) -> Manifest:
             params={k: str(v) for k, v in (r.get("params") or {}).items()},
             status=int(r.get("status", 200)),
             headers=dict(r.get("headers") or {}),
+            host=r.get("host"),
         )
         for r in raw["routes"]
     ]
@@ -73,7 +77,7 @@ def install_respx(router, provider_cls, manifest: Manifest | None = None, base_u
     base = urlsplit(base_url or provider_cls.api_root)
     installed = {}
     for r in manifest.routes:
-        url = f"{base.scheme}://{base.netloc}{r.path}"
+        url = f"{r.host.rstrip('/')}{r.path}" if r.host else f"{base.scheme}://{base.netloc}{r.path}"
         route = router.route(method=r.method, url=url, params=r.params or None, name=f"{provider_cls.name}:{r.fixture.name}:{len(installed)}")
         route.mock(return_value=httpx.Response(r.status, content=r.body(), headers={"Content-Type": "application/json", **r.headers}))
         installed[r.fixture.name] = route

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from optimizer.errors import InputError, ProviderError, ProviderSchemaError
 from optimizer.models import Offer, PriceOption
+from optimizer.redact import redact
 
 ENTRY_POINT_GROUP = "rentopt.providers"
 log = logging.getLogger("rentopt.providers")
@@ -122,16 +123,8 @@ class HttpSettings:
         return s
 
 
-def redact(text: str, secrets: list[str]) -> str:
-    """Replace every secret in `text` with `***`.
-
-    >>> redact("GET https://x/?api_key=abc123 failed", ["abc123"])
-    'GET https://x/?api_key=*** failed'
-    """
-    for s in secrets:
-        if s:
-            text = text.replace(s, "***")
-    return text
+def _attempts(n: int) -> str:
+    return f"{n} attempt" + ("s" if n != 1 else "")
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -232,26 +225,26 @@ class FetchContext:
                     )
             except httpx.TimeoutException as exc:
                 if attempt > self.settings.retries:
-                    raise self.error(f"timed out after {attempt} attempts ({type(exc).__name__})") from None
+                    raise self.error(f"timed out after {_attempts(attempt)} ({type(exc).__name__})") from None
                 await self.sleep(self._backoff(attempt))
                 continue
             except httpx.TransportError as exc:
                 if attempt > self.settings.retries:
-                    raise self.error(f"connection failed after {attempt} attempts: {exc}") from None
+                    raise self.error(f"connection failed after {_attempts(attempt)}: {exc}") from None
                 await self.sleep(self._backoff(attempt))
                 continue
             status = response.status_code
             if status == 429:
                 wait = parse_retry_after(response.headers.get("Retry-After"))
                 if attempt > self.settings.retries:
-                    raise self.error(f"rate limited (HTTP 429) after {attempt} attempts")
+                    raise self.error(f"rate limited (HTTP 429) after {_attempts(attempt)}")
                 if wait is not None and wait > self.settings.max_retry_after_s:
                     raise self.error(f"rate limited (HTTP 429); Retry-After {wait:.0f} s is too long to wait")
                 await self.sleep(wait if wait is not None else self._backoff(attempt))
                 continue
             if status >= 500:
                 if attempt > self.settings.retries:
-                    raise self.error(f"server error HTTP {status} after {attempt} attempts")
+                    raise self.error(f"server error HTTP {status} after {_attempts(attempt)}")
                 await self.sleep(self._backoff(attempt))
                 continue
             if status in (401, 403):

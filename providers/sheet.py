@@ -17,7 +17,6 @@ file and field and skipped; the other sheets still load.
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 from dataclasses import dataclass
 from datetime import date, datetime, time, timezone
@@ -30,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from optimizer.errors import InputError
 from optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from optimizer.paths import rentopt_home
 from providers.base import BillingRules, FetchContext, Provider
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "sheets"
@@ -217,14 +217,6 @@ def parse_sheet(data: dict[str, Any], path: Path) -> PriceSheet:
 def load_sheet(path: Path) -> PriceSheet:
     """Read and validate one sheet. Raises SheetError naming the file and the field."""
     return parse_sheet(read_sheet_data(path), path)
-
-
-def rentopt_home() -> Path:
-    if home := os.environ.get("RENTOPT_HOME"):
-        return Path(home).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("rentopt"))
 
 
 def user_sheet_dir() -> Path:

@@ -1,0 +1,381 @@
+"""Offers as files and tables: the JSON and CSV formats of `--offers-file` and `rentopt offers`.
+
+JSON is a list of normalised Offer objects, exactly what `rentopt offers --format json` prints.
+CSV is a sheet a person can write by hand, one offer per line:
+
+    provider,offer_id,gpu,gpus,price_hour,currency,price_month,region
+    mycloud,a100x8,A100-SXM4-80GB,8,11.20,USD,,eu-west
+    autodl,4090-week,RTX 4090,1,,CNY,1100,cn-north
+
+Required columns: provider, offer_id, gpu, gpus, price_hour, currency (price_hour may be empty
+on a line that gives another price). Optional: price_day, price_week, price_month (per unit for
+the whole node), storage_gb_month, egress_gb, ingress_gb, interconnect (nvlink|pcie|unknown),
+region, spot (yes/no), max_days, and, so that `--format csv` output reads back unchanged,
+gpu_memory_gb, fetched_at and source. `gpu` is a catalog id or any name `rentopt gpus` knows;
+its memory comes from the catalog unless gpu_memory_gb says otherwise. fetched_at defaults to
+the file's modification time and source to the file's path.
+
+Prices follow the project rule (models.py): a compute price of 0 is an error, never "free";
+leave the cell empty when unknown. Storage and transfer prices of 0 are taken as written (free),
+as Vast.ai's feed means them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import TypeAdapter, ValidationError
+
+from optimizer.errors import OffersFileError
+from optimizer.models import UNIT_HOURS, Offer, PriceOption, PriceUnit
+
+# The CSV format, as explicit field lists (a new Offer field must not silently change it).
+REQUIRED_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "currency")
+PRICE_COLUMNS = {"price_hour": PriceUnit.HOUR, "price_day": PriceUnit.DAY,
+                 "price_week": PriceUnit.WEEK, "price_month": PriceUnit.MONTH}
+OPTIONAL_COLUMNS = ("price_day", "price_week", "price_month", "storage_gb_month", "egress_gb", "ingress_gb",
+                    "interconnect", "region", "spot", "max_days", "gpu_memory_gb", "fetched_at", "source")
+CSV_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "price_day", "price_week", "price_month",
+               "currency", "storage_gb_month", "egress_gb", "ingress_gb", "interconnect", "region", "spot",
+               "max_days", "gpu_memory_gb", "fetched_at", "source")
+TRUE_WORDS = frozenset({"yes", "y", "true", "1", "spot", "interruptible"})
+FALSE_WORDS = frozenset({"no", "n", "false", "0", "", "on-demand", "ondemand"})
+HOURS_PER_DAY = 24
+
+_OFFER_LIST = TypeAdapter(list[Offer])
+
+
+# --------------------------------------------------------------------------------------------
+# The reference hourly price
+
+
+def hour_price(offer: Offer) -> Decimal | None:
+    """The offer's reference price per node-hour, for listing, filtering and price history.
+
+    It is the price of one hour at the finest unit the offer sells: its hourly price if it has
+    one, else its daily price / 24, else weekly / 168, monthly / the provider's month, and a
+    reserved term only when there is nothing else. Only options of the offer's own kind count
+    (interruptible ones for a spot offer, on-demand ones otherwise). A monthly rate is not what
+    an hour costs, so it never undercuts an hourly price here; what a whole job is billed is
+    billing.py's business, not this.
+
+    >>> o = Offer(provider="p", offer_id="1", gpu=None, gpu_raw="x", gpus=2, gpu_memory_gb=24,
+    ...           currency="USD", source="s", fetched_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    ...           price_options=[PriceOption(unit="hour", amount=Decimal("1.10")),
+    ...                          PriceOption(unit="month", amount=Decimal("500")),
+    ...                          PriceOption(unit="hour", amount=Decimal("0.40"), interruptible=True)])
+    >>> hour_price(o)
+    Decimal('1.10')
+    >>> hour_price(o.model_copy(update={"price_options": o.price_options[1:2]}))
+    Decimal('0.6849315068493150684931506849')
+    """
+    own = offer.options(interruptible=offer.spot) or offer.price_options
+    for unit in UNIT_ORDER:
+        rates = [p.amount / _unit_hours(offer, p) for p in own if p.unit == unit]
+        if rates:
+            return min(rates)
+    return None
+
+
+# Finest first: the order in which `hour_price` looks for a price.
+UNIT_ORDER = (PriceUnit.HOUR, PriceUnit.DAY, PriceUnit.WEEK, PriceUnit.MONTH, PriceUnit.TERM)
+
+
+def _unit_hours(offer: Offer, option: PriceOption) -> int:
+    if option.unit == PriceUnit.TERM:
+        return option.term_hours or 1  # PriceOption guarantees term_hours for a term
+    if option.unit == PriceUnit.MONTH:
+        return offer.month_hours
+    return UNIT_HOURS[option.unit]
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_offers_file(path: Path) -> list[Offer]:
+    """Offers from a JSON list of Offer objects or a hand-written CSV; OffersFileError names the problem."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise OffersFileError(f"cannot read offers file {path}: {exc.strerror or exc}") from None
+    if path.suffix.lower() == ".json" or (path.suffix.lower() != ".csv" and data.lstrip()[:1] == b"["):
+        offers = parse_offers_json(data, path.name)
+    else:
+        try:
+            text = data.decode("utf-8-sig")  # a spreadsheet's byte-order mark is not part of the header
+        except UnicodeDecodeError as exc:
+            raise OffersFileError(f"{path.name} is not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV") from None
+        mtime = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+        offers = parse_offers_csv(text, name=path.name, fetched_at=mtime, source=str(path.resolve()))
+    if not offers:
+        raise OffersFileError(f"{path.name} holds no offers; add at least one line (see `rentopt offers --help`)")
+    check_unique(offers, path.name)
+    return offers
+
+
+def parse_offers_json(data: bytes | str, name: str = "offers file") -> list[Offer]:
+    """A JSON list of Offer objects; errors name the offer (1-based) and the field."""
+    try:
+        return _OFFER_LIST.validate_json(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = list(err.get("loc", ()))
+        msg = err.get("msg", "invalid").removeprefix("Value error, ")
+        if err.get("type") == "json_invalid":
+            raise OffersFileError(f"{name} is not valid JSON ({msg}); expected a list of offers") from None
+        if not loc or not isinstance(loc[0], int):
+            raise OffersFileError(f"{name}: expected a JSON list of offers ({msg})") from None
+        where = ".".join(str(p) for p in loc[1:]) or "the offer"
+        raise OffersFileError(f"{name}: offer {loc[0] + 1}, field {where}: {msg}") from None
+
+
+def parse_offers_csv(text: str, *, name: str, fetched_at: datetime, source: str) -> list[Offer]:
+    """Offers from the hand-writable CSV format; errors name the line and the field."""
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip().lower() for h in (reader.fieldnames or [])]
+    if not header:
+        raise OffersFileError(f"{name} is empty; its first line must name the columns: {', '.join(REQUIRED_COLUMNS)}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise OffersFileError(f"{name}: missing column {', '.join(missing)} (required: {', '.join(REQUIRED_COLUMNS)})")
+    unknown = [c for c in header if c not in REQUIRED_COLUMNS and c not in OPTIONAL_COLUMNS]
+    if unknown:
+        raise OffersFileError(
+            f"{name}: unknown column {', '.join(repr(c) for c in unknown)}; optional columns are {', '.join(OPTIONAL_COLUMNS)}"
+        )
+    reader.fieldnames = header
+    offers = []
+    for row in reader:
+        if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
+            continue  # blank line
+        if None in row:  # more cells than header columns
+            raise OffersFileError(f"{name} line {reader.line_num}: more cells than columns in the header")
+        offers.append(_offer_from_row(_Row(row, name, reader.line_num), fetched_at, source))
+    return offers
+
+
+class _Row:
+    """One CSV line with field parsers whose errors say '<file> line N, field F: ...'."""
+
+    def __init__(self, cells: dict[str, Any], name: str, line: int):
+        self.cells = {k: (v or "").strip() for k, v in cells.items()}
+        self.name = name
+        self.line = line
+
+    def error(self, column: str, problem: str) -> OffersFileError:
+        return OffersFileError(f"{self.name} line {self.line}, field {column}: {problem}")
+
+    def text(self, column: str, *, required: bool = False) -> str | None:
+        value = self.cells.get(column, "")
+        if not value:
+            if required:
+                raise self.error(column, "is empty")
+            return None
+        return value
+
+    def decimal(self, column: str, *, positive: bool) -> Decimal | None:
+        value = self.text(column)
+        if value is None:
+            return None
+        try:
+            amount = Decimal(value)
+        except InvalidOperation:
+            raise self.error(column, f"{value!r} is not a number") from None
+        if not amount.is_finite() or amount < 0 or (positive and amount == 0):
+            hint = " (0 would mean free; leave the cell empty if unknown)" if positive else ""
+            raise self.error(column, f"{value!r} must be a {'positive' if positive else 'non-negative'} number{hint}")
+        return amount
+
+    def number(self, column: str) -> float | None:
+        amount = self.decimal(column, positive=True)
+        return float(amount) if amount is not None else None
+
+    def integer(self, column: str) -> int:
+        value = self.text(column, required=True) or ""
+        if not value.isdigit() or int(value) <= 0:
+            raise self.error(column, f"{value!r} must be a whole number of GPUs, at least 1")
+        return int(value)
+
+    def boolean(self, column: str) -> bool:
+        value = self.cells.get(column, "").lower()
+        if value in TRUE_WORDS:
+            return True
+        if value in FALSE_WORDS:
+            return False
+        raise self.error(column, f"{value!r} must be yes or no")
+
+    def timestamp(self, column: str) -> datetime | None:
+        value = self.text(column)
+        if value is None:
+            return None
+        try:
+            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise self.error(column, f"{value!r} is not an ISO 8601 time such as 2026-11-28T06:00:00Z") from None
+        if when.tzinfo is None:
+            raise self.error(column, f"{value!r} needs a timezone, e.g. 2026-11-28T06:00:00Z")
+        return when
+
+
+def _offer_from_row(row: _Row, fetched_at: datetime, source: str) -> Offer:
+    from optimizer.hardware import get_gpu, normalise
+
+    spot = row.boolean("spot")
+    options = []
+    for column, unit in PRICE_COLUMNS.items():
+        amount = row.decimal(column, positive=True)
+        if amount is not None:
+            options.append(PriceOption(unit=unit, amount=amount, interruptible=spot))
+    if not options:
+        raise row.error("price_hour", f"no price on this line; fill in at least one of {', '.join(PRICE_COLUMNS)}")
+    gpu_raw = row.text("gpu", required=True) or ""
+    memory = row.number("gpu_memory_gb")
+    match = normalise(gpu_raw, memory)
+    if memory is None:
+        if match.gpu is None:
+            known = f"could be {', '.join(match.candidates)}" if match.candidates else "no catalog GPU has this name"
+            raise row.error("gpu", f"{gpu_raw!r}: {known}; use an id from `rentopt gpus`, or give gpu_memory_gb")
+        memory = get_gpu(match.gpu).memory_gb
+    currency = (row.text("currency", required=True) or "").upper()
+    if len(currency) != 3 or not currency.isalpha():
+        raise row.error("currency", f"{currency!r} must be a three-letter code such as USD or CNY")
+    interconnect = (row.text("interconnect") or "unknown").lower()
+    if interconnect not in ("nvlink", "pcie", "unknown"):
+        raise row.error("interconnect", f"{interconnect!r} must be nvlink, pcie or unknown")
+    max_days = row.decimal("max_days", positive=True)
+    fields: dict[str, Any] = {
+        "provider": row.text("provider", required=True),
+        "offer_id": row.text("offer_id", required=True),
+        "gpu": match.gpu, "gpu_raw": gpu_raw, "gpu_status": match.status,
+        "gpus": row.integer("gpus"), "gpu_memory_gb": memory, "interconnect": interconnect,
+        "region": row.text("region"), "spot": spot, "price_options": options,
+        "storage_gb_month": row.decimal("storage_gb_month", positive=False),
+        "egress_gb": row.decimal("egress_gb", positive=False),
+        "ingress_gb": row.decimal("ingress_gb", positive=False),
+        "max_duration_hours": float(max_days * HOURS_PER_DAY) if max_days is not None else None,
+        "currency": currency,
+        "fetched_at": row.timestamp("fetched_at") or fetched_at,
+        "source": row.text("source") or source,
+    }
+    try:
+        return Offer(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        column = ".".join(str(p) for p in err.get("loc", ())) or "offer"
+        raise row.error(column, err.get("msg", "invalid").removeprefix("Value error, ")) from None
+
+
+def check_unique(offers: Iterable[Offer], name: str) -> None:
+    seen: set[tuple[str, str]] = set()
+    for o in offers:
+        if o.key in seen:
+            raise OffersFileError(f"{name}: offer {o.provider}/{o.offer_id} appears twice; offer ids must be unique per provider")
+        seen.add(o.key)
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def write_offers_json(offers: Sequence[Offer], fp: TextIO) -> None:
+    """The offers as a JSON list of Offer objects (readable by `read_offers_file`)."""
+    fp.write(_OFFER_LIST.dump_json(list(offers), indent=2).decode("utf-8"))
+    fp.write("\n")
+
+
+def write_offers_csv(offers: Sequence[Offer], fp: TextIO) -> list[Offer]:
+    """The offers in the hand-writable CSV format; returns those it cannot express (left out).
+
+    Per unit, the cheapest option of the offer's own kind is written (interruptible ones for a
+    spot offer, on-demand ones otherwise). Reserved terms and `extra` have no column: use JSON
+    to keep them. An offer with no hourly/daily/weekly/monthly price of its kind is left out.
+    """
+    writer = csv.writer(fp, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    left_out = []
+    for o in offers:
+        row = offer_to_csv_row(o)
+        if row is None:
+            left_out.append(o)
+        else:
+            writer.writerow([row.get(c, "") for c in CSV_COLUMNS])
+    return left_out
+
+
+def offer_to_csv_row(offer: Offer) -> dict[str, str] | None:
+    prices: dict[str, Decimal] = {}
+    for column, unit in PRICE_COLUMNS.items():
+        amounts = [p.amount for p in offer.options(interruptible=offer.spot) if p.unit == unit]
+        if amounts:
+            prices[column] = min(amounts)
+    if not prices:
+        return None
+    row = {
+        "provider": offer.provider, "offer_id": offer.offer_id, "gpu": offer.gpu or offer.gpu_raw,
+        "gpus": str(offer.gpus), "currency": offer.currency, "interconnect": offer.interconnect,
+        "region": offer.region or "", "spot": "yes" if offer.spot else "no",
+        "gpu_memory_gb": repr(offer.gpu_memory_gb),
+        "fetched_at": offer.fetched_at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
+        "source": offer.source,
+    }
+    row.update({k: str(v) for k, v in prices.items()})
+    for column in ("storage_gb_month", "egress_gb", "ingress_gb"):
+        value = getattr(offer, column)
+        row[column] = "" if value is None else str(value)
+    if offer.max_duration_hours is not None:
+        row["max_days"] = str(Decimal(repr(offer.max_duration_hours)) / HOURS_PER_DAY)
+    return row
+
+
+# --------------------------------------------------------------------------------------------
+# The table for people
+
+
+def age(then: datetime, now: datetime) -> str:
+    """How old a price is, in the largest whole unit.
+
+    >>> t = datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
+    >>> age(t, datetime(2026, 11, 28, 6, 40, tzinfo=timezone.utc)), age(t, datetime(2026, 12, 1, 7, tzinfo=timezone.utc))
+    ('40m', '3d')
+    """
+    seconds = max(0.0, (now - then).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return "<1m"
+
+
+def money(amount: Decimal) -> str:
+    """A price for reading: at least 2 decimals, at most 4.
+
+    >>> money(Decimal("1.1")), money(Decimal("0.34567")), money(Decimal("18"))
+    ('1.10', '0.3457', '18.00')
+    """
+    text = f"{amount.quantize(Decimal('0.0001')):f}"
+    whole, _, frac = text.partition(".")
+    return f"{whole}.{frac.rstrip('0').ljust(2, '0')}"
+
+
+OFFER_TABLE_HEADERS = ("provider", "offer", "gpu", "gpus", "GB/gpu", "link", "region", "spot",
+                       "price/node-h", "currency", "age")
+
+
+def offer_table_rows(offers: Iterable[Offer], now: datetime) -> list[list[str]]:
+    """One row per offer: price per node-hour in the offer's currency and the price's age."""
+    rows = []
+    for o in offers:
+        price = hour_price(o)
+        gpu = o.gpu or f"{o.gpu_raw} (?)"
+        rows.append([o.provider, o.offer_id, gpu, str(o.gpus), f"{o.gpu_memory_gb:g}", o.interconnect,
+                     o.region or "", "yes" if o.spot else "no",
+                     "?" if price is None else money(price),
+                     o.currency, age(o.fetched_at, now)])
+    return rows

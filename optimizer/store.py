@@ -1,0 +1,773 @@
+"""The local price store: SQLite in $RENTOPT_HOME/prices.sqlite. The only module that speaks SQL.
+
+What it keeps:
+- `providers`: one row per provider ever refreshed: its current snapshot, when it last
+  succeeded, and its last error (a provider whose error is newer than its success is *stale*:
+  its last good offers are still served, flagged as such).
+- `snapshots`: one row per successful refresh of one provider, with a JSON summary
+  (new / changed / removed offers, skipped rows, unknown GPU names).
+- `offers`: the offers of each provider's CURRENT snapshot: filterable columns plus the full
+  normalised Offer as JSON (the JSON is the truth; the columns are an index onto it).
+- `price_history`: per snapshot and (gpu, gpus, spot, currency): the min and median price per
+  GPU-hour and the number of offers. A few hundred short rows a night, so years fit.
+- `offer_prices`: an offer's old and new prices, only when they change between snapshots.
+
+Writes happen only from `rentopt refresh` (`open_writable`), one provider per transaction, so
+a failure never leaves a partial snapshot. Everything else opens the file read-only
+(`open_readonly`) and never creates or migrates it.
+
+Schema changes are `@migration` functions applied in order, each in one transaction together
+with the row that records it; a shipped migration is never edited, a fix is a new one
+(pattern from simonw/sqlite-utils sqlite_utils/migrations.py and simonw/llm llm/migrations.py).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import shlex
+import sqlite3
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+from pydantic import TypeAdapter, ValidationError
+
+from optimizer.errors import StoreError
+from optimizer.models import Offer
+from optimizer.paths import rentopt_home
+from optimizer.redact import redact
+from optimizer.offers_io import hour_price
+
+STORE_FILENAME = "prices.sqlite"
+# PRAGMA application_id marks the file as a rentopt store: the ASCII bytes "RNTO", chosen by us
+# as the pragma intends (https://www.sqlite.org/pragma.html#pragma_application_id).
+APPLICATION_ID = 0x524E544F
+SQLITE_MAGIC = b"SQLite format 3\x00"  # https://www.sqlite.org/fileformat.html#the_database_header
+SQLITE_HEADER_BYTES = 100
+# Per-GPU history prices are kept to a millionth of the currency unit, the same grid billing
+# uses (optimizer/currency.py docstring) and finer than any hourly price in the recorded feeds.
+HISTORY_QUANTUM = Decimal("0.000001")
+# The filter/sort column holds the node-hour price in micro-units (an integer, exact for SQL
+# comparisons); the Decimal in the offer JSON stays the price of record.
+MICROS = Decimal(1_000_000)
+BUSY_TIMEOUT_MS = 5000
+
+
+def store_path() -> Path:
+    return rentopt_home() / STORE_FILENAME
+
+
+# --------------------------------------------------------------------------------------------
+# Small pure helpers
+
+
+def timestamp(dt: datetime) -> str:
+    """A fixed-width UTC timestamp that sorts as text, the form every time column uses.
+
+    >>> timestamp(datetime(2026, 11, 28, 6, tzinfo=timezone.utc))
+    '2026-11-28T06:00:00.000000Z'
+    """
+    if dt.tzinfo is None:
+        raise ValueError("timestamps must carry a timezone")
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_timestamp(text: str | None) -> datetime | None:
+    """Inverse of `timestamp`.
+
+    >>> parse_timestamp('2026-11-28T06:00:00.000000Z')
+    datetime.datetime(2026, 11, 28, 6, 0, tzinfo=datetime.timezone.utc)
+    """
+    if text is None:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def to_micros(amount: Decimal, rounding: str = ROUND_HALF_UP) -> int:
+    """Decimal currency units -> integer micro-units.
+
+    >>> to_micros(Decimal("2.4999995")), to_micros(Decimal("1.0000001"), ROUND_CEILING)
+    (2500000, 1000001)
+    """
+    return int((amount * MICROS).to_integral_value(rounding=rounding))
+
+
+# Fields whose change makes an offer "changed" in a refresh summary, in Offer's field order.
+PRICE_FIELDS = ("price_options", "storage_gb_month", "storage_stopped_gb_month", "egress_gb", "ingress_gb")
+
+
+def _price_slice_bounds() -> tuple[str, str] | None:
+    """The keys around the price fields in Offer's JSON, if those fields are contiguous there."""
+    names = list(Offer.model_fields)
+    first = names.index(PRICE_FIELDS[0])
+    if tuple(names[first:first + len(PRICE_FIELDS)]) != PRICE_FIELDS or first + len(PRICE_FIELDS) >= len(names):
+        return None
+    return f'"{PRICE_FIELDS[0]}":', f',"{names[first + len(PRICE_FIELDS)]}":'
+
+
+_PRICE_BOUNDS = _price_slice_bounds()
+
+
+def price_fingerprint(offer: Offer, offer_json: str | None = None) -> str:
+    """Canonical JSON of everything priced on the offer; equal strings mean equal prices.
+
+    Given the offer's own `model_dump_json()`, the price fields are cut out of it rather than
+    serialised a second time (a third of the cost of writing a big snapshot); the result is
+    the same string either way (tests/test_store.py checks it).
+    """
+    if offer_json is not None and _PRICE_BOUNDS is not None:
+        start = offer_json.find(_PRICE_BOUNDS[0])
+        end = offer_json.find(_PRICE_BOUNDS[1], start)
+        if start > 0 and end > start:
+            return "{" + offer_json[start:end] + "}"
+    return offer.model_dump_json(include=set(PRICE_FIELDS))
+
+
+# --------------------------------------------------------------------------------------------
+# Query types
+
+
+@dataclass(frozen=True)
+class OfferQuery:
+    """Which offers to load. Applied in SQL by the store and in Python (`matches`) elsewhere.
+
+    `max_hour_price` is per node-hour in the offer's own currency (see `hour_price`).
+    """
+
+    providers: tuple[str, ...] | None = None
+    gpus: tuple[str, ...] | None = None  # canonical GPU ids; an offer with an unknown GPU never matches
+    min_gpus: int | None = None
+    min_gpu_memory_gb: float | None = None
+    spot: bool | None = None
+    region: str | None = None  # case-insensitive substring of the offer's region
+    currency: str | None = None
+    max_hour_price: Decimal | None = None
+
+    def matches(self, offer: Offer) -> bool:
+        if self.providers is not None and offer.provider not in self.providers:
+            return False
+        if self.gpus is not None and offer.gpu not in self.gpus:
+            return False
+        if self.min_gpus is not None and offer.gpus < self.min_gpus:
+            return False
+        if self.min_gpu_memory_gb is not None and offer.gpu_memory_gb < self.min_gpu_memory_gb:
+            return False
+        if self.spot is not None and offer.spot != self.spot:
+            return False
+        if self.region is not None and self.region.lower() not in (offer.region or "").lower():
+            return False
+        if self.currency is not None and offer.currency != self.currency:
+            return False
+        if self.max_hour_price is not None:
+            price = hour_price(offer)
+            if price is None or price > self.max_hour_price:
+                return False
+        return True
+
+    def sql(self) -> tuple[str, list[object]]:
+        """A WHERE clause (possibly empty) and its parameters; `matches` is the exact check."""
+        where: list[str] = []
+        args: list[object] = []
+        if self.providers is not None:
+            where.append(f"provider IN ({','.join('?' * len(self.providers))})")
+            args.extend(self.providers)
+        if self.gpus is not None:
+            where.append(f"gpu IN ({','.join('?' * len(self.gpus))})")
+            args.extend(self.gpus)
+        if self.min_gpus is not None:
+            where.append("gpus >= ?")
+            args.append(self.min_gpus)
+        if self.min_gpu_memory_gb is not None:
+            where.append("gpu_memory_gb >= ?")
+            args.append(self.min_gpu_memory_gb)
+        if self.spot is not None:
+            where.append("spot = ?")
+            args.append(int(self.spot))
+        if self.region is not None:
+            where.append("instr(lower(coalesce(region, '')), ?) > 0")
+            args.append(self.region.lower())
+        if self.currency is not None:
+            where.append("currency = ?")
+            args.append(self.currency)
+        if self.max_hour_price is not None:
+            # Rounded up so the coarse SQL filter never drops an offer that `matches` keeps.
+            where.append("hour_price_micros <= ?")
+            args.append(to_micros(self.max_hour_price, ROUND_CEILING))
+        return (" WHERE " + " AND ".join(where) if where else ""), args
+
+
+@dataclass(frozen=True)
+class ProviderState:
+    """A provider's row in the store."""
+
+    name: str
+    offers_count: int
+    fetched_at: datetime | None  # of the current snapshot
+    source: str | None
+    last_attempt_at: datetime | None
+    last_success_at: datetime | None
+    last_error: str | None
+    last_error_at: datetime | None
+
+    @property
+    def has_data(self) -> bool:
+        return self.fetched_at is not None
+
+    @property
+    def stale(self) -> bool:
+        """The last attempt failed: the offers served are the last good ones, not current."""
+        if self.last_error_at is None:
+            return False
+        return self.last_success_at is None or self.last_error_at > self.last_success_at
+
+
+@dataclass
+class SnapshotDiff:
+    """What one provider's new snapshot changed relative to its previous one."""
+
+    provider: str
+    snapshot_id: int
+    offers: int
+    new: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)  # any price option, storage or transfer price
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    provider: str
+    fetched_at: datetime
+    gpu: str
+    gpus: int
+    spot: bool
+    currency: str
+    offers: int
+    min_gpu_hour: Decimal
+    median_gpu_hour: Decimal
+
+
+# --------------------------------------------------------------------------------------------
+# Migrations
+
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[Migration] = []
+MIGRATIONS_TABLE = "_rentopt_migrations"
+
+
+def migration(fn: Migration) -> Migration:
+    """Register `fn` as the next schema migration. Names are the key: never reuse or edit one."""
+    if any(m.__name__ == fn.__name__ for m in MIGRATIONS):
+        raise ValueError(f"duplicate migration name {fn.__name__}")
+    MIGRATIONS.append(fn)
+    return fn
+
+
+@migration
+def m001_initial(db: sqlite3.Connection) -> None:
+    db.execute(
+        """CREATE TABLE providers (
+            name TEXT PRIMARY KEY,
+            snapshot_id INTEGER REFERENCES snapshots(id),
+            offers_count INTEGER NOT NULL DEFAULT 0,
+            last_attempt_at TEXT,
+            last_success_at TEXT,
+            last_error TEXT,
+            last_error_at TEXT
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE snapshots (
+            id INTEGER PRIMARY KEY,
+            provider TEXT NOT NULL REFERENCES providers(name),
+            fetched_at TEXT NOT NULL,
+            stored_at TEXT NOT NULL,
+            source TEXT,
+            offers_count INTEGER NOT NULL,
+            summary TEXT NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX snapshots_provider ON snapshots(provider, fetched_at)")
+    db.execute(
+        """CREATE TABLE offers (
+            provider TEXT NOT NULL REFERENCES providers(name),
+            offer_id TEXT NOT NULL,
+            snapshot_id INTEGER NOT NULL REFERENCES snapshots(id),
+            gpu TEXT,
+            gpus INTEGER NOT NULL,
+            gpu_memory_gb REAL NOT NULL,
+            spot INTEGER NOT NULL,
+            region TEXT,
+            currency TEXT NOT NULL,
+            hour_price_micros INTEGER,
+            prices TEXT NOT NULL,
+            offer TEXT NOT NULL,
+            PRIMARY KEY (provider, offer_id)
+        )"""
+    )
+    db.execute("CREATE INDEX offers_gpu ON offers(gpu, gpus)")
+    db.execute("CREATE INDEX offers_memory ON offers(gpu_memory_gb)")
+    db.execute("CREATE INDEX offers_price ON offers(hour_price_micros)")
+    db.execute(
+        """CREATE TABLE price_history (
+            snapshot_id INTEGER NOT NULL REFERENCES snapshots(id),
+            provider TEXT NOT NULL,
+            fetched_at TEXT NOT NULL,
+            gpu TEXT NOT NULL,
+            gpus INTEGER NOT NULL,
+            spot INTEGER NOT NULL,
+            currency TEXT NOT NULL,
+            offers INTEGER NOT NULL,
+            min_gpu_hour TEXT NOT NULL,
+            median_gpu_hour TEXT NOT NULL,
+            PRIMARY KEY (snapshot_id, gpu, gpus, spot, currency)
+        )"""
+    )
+    db.execute("CREATE INDEX price_history_gpu ON price_history(gpu, fetched_at)")
+    db.execute("CREATE INDEX price_history_gpu_provider ON price_history(gpu, provider, fetched_at)")
+    db.execute(
+        """CREATE TABLE offer_prices (
+            provider TEXT NOT NULL,
+            offer_id TEXT NOT NULL,
+            snapshot_id INTEGER NOT NULL REFERENCES snapshots(id),
+            fetched_at TEXT NOT NULL,
+            previous_prices TEXT NOT NULL,
+            prices TEXT NOT NULL,
+            PRIMARY KEY (provider, offer_id, snapshot_id)
+        )"""
+    )
+
+
+def applied_migrations(db: sqlite3.Connection) -> list[str]:
+    exists = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (MIGRATIONS_TABLE,)
+    ).fetchone()
+    if not exists:
+        return []
+    return [r[0] for r in db.execute(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY rowid")]
+
+
+def migrate(db: sqlite3.Connection, path: Path, migrations: Sequence[Migration] = MIGRATIONS) -> list[str]:
+    """Apply pending migrations in order, each in one transaction with its record; returns their names.
+
+    A failing migration is rolled back (schema, record and version together) and stays pending.
+    """
+    done = set(applied_migrations(db))
+    applied = []
+    for version, fn in enumerate(migrations, start=1):
+        if fn.__name__ in done:
+            continue
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            fn(db)
+            db.execute(f"INSERT INTO {MIGRATIONS_TABLE} (name, applied_at) VALUES (?, ?)",
+                       (fn.__name__, timestamp(datetime.now(timezone.utc))))
+            db.execute(f"PRAGMA user_version = {version}")
+            db.execute("COMMIT")
+        except Exception as exc:
+            db.execute("ROLLBACK")
+            raise StoreError(
+                f"upgrading the price store {path} failed in migration {fn.__name__} "
+                f"({type(exc).__name__}: {exc}); nothing was changed. {way_out(path)}"
+            ) from exc
+        applied.append(fn.__name__)
+    return applied
+
+
+# --------------------------------------------------------------------------------------------
+# Opening
+
+
+def move_aside(path: Path) -> str:
+    """The shell command that keeps a bad store file but gets it out of rentopt's way."""
+    return f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.bad')}"
+
+
+def way_out(path: Path) -> str:
+    return f"Move it aside: {move_aside(path)}, then run `rentopt refresh`."
+
+
+def _check_file(path: Path, migrations: Sequence[Migration]) -> bool:
+    """Look at the file's header before SQLite does. False: an empty file (nothing to lose).
+
+    Raises StoreError for a file that is not SQLite, is shorter than its header says, or (when
+    no write-ahead log is pending, so the header is current) is another program's database or
+    a newer rentopt's store: those are refused without SQLite ever opening them.
+    """
+    size = path.stat().st_size
+    if size == 0:
+        return False
+    with path.open("rb") as fp:
+        header = fp.read(SQLITE_HEADER_BYTES)
+    if len(header) < SQLITE_HEADER_BYTES or not header.startswith(SQLITE_MAGIC):
+        raise StoreError(f"{path} is not a rentopt price store (not an SQLite database, or cut short). {way_out(path)}")
+    if _wal_pending(path):
+        return True
+    # Header layout (https://www.sqlite.org/fileformat.html#the_database_header): page size at
+    # offset 16 (1 means 65536), change counter at 24, page count at 28 (valid only when
+    # "version-valid-for" at 92 equals the change counter), user_version at 60, application_id at 68.
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if header[24:28] == header[92:96] and pages and size < pages * page_size:
+        raise StoreError(
+            f"{path} is damaged: it is {size} bytes but its header says {pages * page_size} "
+            f"(the file was cut short). {way_out(path)}"
+        )
+    version = int.from_bytes(header[60:64], "big")
+    app_id = int.from_bytes(header[68:72], "big")
+    if app_id not in (0, APPLICATION_ID):
+        raise _foreign(path)
+    if app_id == APPLICATION_ID and version > len(migrations):
+        raise _newer(path, version, migrations)
+    return True
+
+
+def _foreign(path: Path) -> StoreError:
+    return StoreError(f"{path} is an SQLite database, but not a rentopt price store. {way_out(path)}")
+
+
+def _newer(path: Path, version: int, migrations: Sequence[Migration]) -> StoreError:
+    return StoreError(
+        f"the price store {path} was written by a newer rentopt (schema version {version}; "
+        f"this rentopt knows up to {len(migrations)}). Upgrade rentopt (pip install -U rentopt), "
+        f"or move it aside: {move_aside(path)}, then run `rentopt refresh`."
+    )
+
+
+def _wal_pending(path: Path) -> bool:
+    """A non-empty write-ahead log: pages not yet copied into the main file, which may
+    legitimately be shorter than its header says until SQLite checkpoints (or recovers) it."""
+    wal = path.with_name(path.name + "-wal")
+    return wal.exists() and wal.stat().st_size > 0
+
+
+@contextmanager
+def _sql_errors(path: Path) -> Iterator[None]:
+    """SQLite failures as StoreError sentences that say how to recover."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise StoreError(f"the price store {path} is busy (another rentopt is writing it); try again in a moment") from exc
+        raise StoreError(f"cannot use the price store {path}: {exc}. {way_out(path)}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"the price store {path} is damaged ({exc}). {way_out(path)}") from exc
+
+
+def _identify(db: sqlite3.Connection, path: Path, migrations: Sequence[Migration]) -> str:
+    """'rentopt' (ours, possibly with pending migrations) or 'blank'; raises for anything else."""
+    app_id = db.execute("PRAGMA application_id").fetchone()[0]
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    objects = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    if app_id == 0 and version == 0 and objects == 0:
+        return "blank"
+    if app_id != APPLICATION_ID:
+        raise _foreign(path)
+    known = {m.__name__ for m in migrations}
+    unknown = [n for n in applied_migrations(db) if n not in known]
+    if version > len(migrations) or unknown:
+        raise _newer(path, version, migrations)
+    return "rentopt"
+
+
+def _connect(uri: str, *, uri_mode: bool) -> sqlite3.Connection:
+    # isolation_level=None: transactions are explicit (BEGIN ... COMMIT) so each migration and
+    # each snapshot is exactly one transaction.
+    db = sqlite3.connect(uri, uri=uri_mode, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    db.execute("PRAGMA foreign_keys = ON")
+    return db
+
+
+def open_readonly(path: Path | None = None, migrations: Sequence[Migration] = MIGRATIONS) -> Store | None:
+    """Open the store for reading; None when there is none yet (or it is empty). Never writes it."""
+    path = path or store_path()
+    if not path.exists():
+        return None
+    if not _check_file(path, migrations):
+        return None
+    with _sql_errors(path):
+        db = _connect(path.resolve().as_uri() + "?mode=ro", uri_mode=True)
+        try:
+            kind = _identify(db, path, migrations)
+            if kind == "blank":
+                db.close()
+                return None
+            pending = [m.__name__ for m in migrations if m.__name__ not in set(applied_migrations(db))]
+            if pending:
+                raise StoreError(
+                    f"the price store {path} was written by an older rentopt; run `rentopt refresh` to upgrade it"
+                )
+        except BaseException:
+            db.close()
+            raise
+    return Store(db, path, readonly=True)
+
+
+def open_writable(path: Path | None = None, migrations: Sequence[Migration] = MIGRATIONS) -> Store:
+    """Open (creating and migrating if needed) the store for `rentopt refresh`."""
+    path = path or store_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        _check_file(path, migrations)
+    with _sql_errors(path):
+        db = _connect(str(path), uri_mode=False)
+        try:
+            _identify(db, path, migrations)
+            db.execute("PRAGMA journal_mode = WAL")  # readers (quote) never wait for a refresh
+            # In WAL mode NORMAL cannot corrupt the file; a power cut may lose the last snapshot,
+            # which the next refresh rewrites (https://www.sqlite.org/pragma.html#pragma_synchronous).
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            migrate(db, path, migrations)
+        except BaseException:
+            db.close()
+            raise
+    return Store(db, path, readonly=False)
+
+
+# --------------------------------------------------------------------------------------------
+# The store
+
+_OFFER_LIST = TypeAdapter(list[Offer])
+
+
+class Store:
+    """An open price store. Use `open_readonly` / `open_writable`, and close it (or use `with`)."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path, *, readonly: bool):
+        self.db = db
+        self.path = path
+        self.readonly = readonly
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def providers(self) -> list[ProviderState]:
+        sql = """SELECT p.name, p.offers_count, s.fetched_at, s.source, p.last_attempt_at,
+                        p.last_success_at, p.last_error, p.last_error_at
+                 FROM providers p LEFT JOIN snapshots s ON s.id = p.snapshot_id ORDER BY p.name"""
+        with _sql_errors(self.path):
+            rows = self.db.execute(sql).fetchall()
+        return [
+            ProviderState(name, count, parse_timestamp(fetched), source, parse_timestamp(attempt),
+                          parse_timestamp(success), error, parse_timestamp(error_at))
+            for name, count, fetched, source, attempt, success, error, error_at in rows
+        ]
+
+    def has_data(self) -> bool:
+        return any(p.has_data for p in self.providers())
+
+    def load_offers(self, query: OfferQuery | None = None) -> list[Offer]:
+        """Current offers matching `query`, ordered by provider and offer id."""
+        query = query or OfferQuery()
+        where, args = query.sql()
+        with _sql_errors(self.path):
+            rows = self.db.execute(f"SELECT offer FROM offers{where} ORDER BY provider, offer_id", args).fetchall()
+        if not rows:
+            return []
+        # One validation call over the whole batch is the fastest safe path measured
+        # (benchmarks/bench_store.py: faster than model_validate_json per row, and than
+        # json.loads + model_construct); rows are re-validated, so a hand-edited store cannot
+        # smuggle in a free price.
+        try:
+            offers = _OFFER_LIST.validate_json("[" + ",".join(r[0] for r in rows) + "]")
+        except ValidationError as exc:
+            raise StoreError(f"the price store {self.path} holds an offer this rentopt cannot read ({exc.errors()[0]['msg']}). {way_out(self.path)}") from None
+        if query.max_hour_price is None and query.region is None:
+            return offers  # every other condition is exact in SQL
+        return [o for o in offers if query.matches(o)]
+
+    def price_history(self, gpu: str, provider: str | None = None, since: datetime | None = None,
+                      *, gpus: int | None = None, spot: bool | None = None) -> list[HistoryPoint]:
+        """Min/median price per GPU-hour of `gpu` per snapshot, oldest first: one indexed query."""
+        sql = "SELECT provider, fetched_at, gpu, gpus, spot, currency, offers, min_gpu_hour, median_gpu_hour FROM price_history WHERE gpu = ?"
+        args: list[object] = [gpu]
+        if provider is not None:
+            sql += " AND provider = ?"
+            args.append(provider)
+        if since is not None:
+            sql += " AND fetched_at >= ?"
+            args.append(timestamp(since))
+        if gpus is not None:
+            sql += " AND gpus = ?"
+            args.append(gpus)
+        if spot is not None:
+            sql += " AND spot = ?"
+            args.append(int(spot))
+        sql += " ORDER BY fetched_at, provider, gpus, spot"
+        with _sql_errors(self.path):
+            rows = self.db.execute(sql, args).fetchall()
+        return [
+            HistoryPoint(p, parse_timestamp(t), g, n, bool(s), c, k, Decimal(lo), Decimal(med))  # type: ignore[arg-type]
+            for p, t, g, n, s, c, k, lo, med in rows
+        ]
+
+    def offer_price_changes(self, provider: str, offer_id: str) -> list[tuple[datetime, str]]:
+        """(fetched_at, prices JSON) each time the offer appeared or its prices changed."""
+        with _sql_errors(self.path):
+            rows = self.db.execute(
+                "SELECT fetched_at, prices FROM offer_prices WHERE provider = ? AND offer_id = ? ORDER BY fetched_at",
+                (provider, offer_id),
+            ).fetchall()
+        return [(parse_timestamp(t), prices) for t, prices in rows]  # type: ignore[misc]
+
+    def snapshot_summaries(self, provider: str) -> list[dict]:
+        with _sql_errors(self.path):
+            rows = self.db.execute(
+                "SELECT id, fetched_at, offers_count, summary FROM snapshots WHERE provider = ? ORDER BY id", (provider,)
+            ).fetchall()
+        return [{"id": i, "fetched_at": parse_timestamp(t), "offers": n, **json.loads(s)} for i, t, n, s in rows]
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def write_snapshot(self, provider: str, offers: Sequence[Offer], *, fetched_at: datetime,
+                       source: str | None = None, summary: dict | None = None,
+                       secrets: Sequence[str] = (), now: datetime | None = None) -> SnapshotDiff:
+        """Make `offers` the provider's current snapshot, in ONE transaction, and record history.
+
+        `secrets` are scrubbed from every stored text (belt and braces: plugins should never put
+        a key in an offer). Raises StoreError (and changes nothing) if anything fails.
+        """
+        self._require_writable()
+        for o in offers:
+            if o.provider != provider:
+                raise ValueError(f"offer {o.offer_id} belongs to {o.provider!r}, not {provider!r}")
+        now_ts = timestamp(now or datetime.now(timezone.utc))
+        fetched_ts = timestamp(fetched_at)
+        with _gc_paused():  # building 50k rows: the cyclic GC would rescan every live offer
+            prices = [hour_price(o) for o in offers]
+            rows = [_offer_row(o, p, secrets) for o, p in zip(offers, prices, strict=True)]
+            history = _history_rows(offers, prices)
+        source = redact(source if source is not None else (offers[0].source if offers else ""), secrets)
+        with _sql_errors(self.path), self._transaction():
+            self.db.execute("INSERT OR IGNORE INTO providers (name) VALUES (?)", (provider,))
+            previous = dict(self.db.execute("SELECT offer_id, prices FROM offers WHERE provider = ?", (provider,)))
+            new, changed = [], []
+            for r in rows:
+                before = previous.get(r[0])
+                if before is None:
+                    new.append(r[0])
+                elif before != r[_PRICES]:
+                    changed.append(r[0])
+            current = {r[0] for r in rows}
+            removed = sorted(i for i in previous if i not in current)
+            record = {"new": len(new), "changed": len(changed), "removed": len(removed), **(summary or {})}
+            snapshot_id = self.db.execute(
+                "INSERT INTO snapshots (provider, fetched_at, stored_at, source, offers_count, summary) VALUES (?, ?, ?, ?, ?, ?)",
+                (provider, fetched_ts, now_ts, source, len(rows), redact(json.dumps(record, default=str), secrets)),
+            ).lastrowid
+            self.db.execute("DELETE FROM offers WHERE provider = ?", (provider,))
+            self.db.executemany(
+                "INSERT INTO offers (provider, offer_id, snapshot_id, gpu, gpus, gpu_memory_gb, spot, region,"
+                " currency, hour_price_micros, prices, offer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(provider, r[0], snapshot_id, *r[1:]) for r in rows],
+            )
+            by_id = {r[0]: r for r in rows}
+            self.db.executemany(
+                "INSERT INTO offer_prices (provider, offer_id, snapshot_id, fetched_at, previous_prices, prices)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(provider, i, snapshot_id, fetched_ts, previous[i], by_id[i][_PRICES]) for i in changed],
+            )
+            self.db.executemany(
+                "INSERT INTO price_history (snapshot_id, provider, fetched_at, gpu, gpus, spot, currency, offers,"
+                " min_gpu_hour, median_gpu_hour) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(snapshot_id, provider, fetched_ts, *h) for h in history],
+            )
+            self.db.execute(
+                "UPDATE providers SET snapshot_id = ?, offers_count = ?, last_attempt_at = ?, last_success_at = ? WHERE name = ?",
+                (snapshot_id, len(rows), now_ts, now_ts, provider),
+            )
+        return SnapshotDiff(provider, int(snapshot_id or 0), len(rows), new, changed, removed)
+
+    def mark_failed(self, provider: str, error: str, *, secrets: Sequence[str] = (),
+                    now: datetime | None = None) -> None:
+        """Record a failed refresh: the provider's last good snapshot stays current, now stale."""
+        self._require_writable()
+        now_ts = timestamp(now or datetime.now(timezone.utc))
+        with _sql_errors(self.path), self._transaction():
+            self.db.execute("INSERT OR IGNORE INTO providers (name) VALUES (?)", (provider,))
+            self.db.execute(
+                "UPDATE providers SET last_attempt_at = ?, last_error = ?, last_error_at = ? WHERE name = ?",
+                (now_ts, redact(error, secrets), now_ts, provider),
+            )
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _require_writable(self) -> None:
+        if self.readonly:
+            raise StoreError(f"the price store {self.path} was opened read-only; only `rentopt refresh` writes it")
+
+
+_PRICES = 8  # index of the price fingerprint in an offer row
+
+
+def _offer_row(offer: Offer, price: Decimal | None, secrets: Sequence[str]) -> tuple:
+    """offer_id, then the filter columns, the price fingerprint and the offer JSON."""
+    text = offer.model_dump_json()
+    return (
+        offer.offer_id, offer.gpu, offer.gpus, offer.gpu_memory_gb, int(offer.spot), offer.region,
+        offer.currency, to_micros(price) if price is not None else None,
+        redact(price_fingerprint(offer, text), secrets), redact(text, secrets),
+    )
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building a big snapshot's rows.
+
+    With tens of thousands of live offers, each automatic full collection rescans all of them;
+    pausing it while the rows are built saved 5-25 % of a 50k-offer write here. (Pausing it
+    while *loading* only moves the same work to the next collection, so loads do not.)
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _history_rows(offers: Sequence[Offer], prices: Sequence[Decimal | None]) -> list[tuple]:
+    """(gpu, gpus, spot, currency, count, min, median) per group of priced offers of a known GPU.
+
+    `prices` are the offers' `hour_price`s. Offers whose GPU is unknown are left out: one row
+    mixing unrelated cards would mean nothing.
+    """
+    groups: dict[tuple[str, int, int, str], list[Decimal]] = defaultdict(list)
+    for o, price in zip(offers, prices, strict=True):
+        if o.gpu is None or price is None:
+            continue
+        groups[(o.gpu, o.gpus, int(o.spot), o.currency)].append(price / o.gpus)
+    rows = []
+    for key, per_gpu in sorted(groups.items()):
+        low = min(per_gpu).quantize(HISTORY_QUANTUM)
+        mid = statistics.median(per_gpu).quantize(HISTORY_QUANTUM)
+        rows.append((*key, len(per_gpu), str(low), str(mid)))
+    return rows

@@ -7,8 +7,10 @@ imported inside the commands that need them, so `rentopt estimate` starts fast.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -67,6 +69,224 @@ def cli() -> None:
     """
 
 
+def workload_options(f: Any) -> Any:
+    """The workload flags shared by `estimate` and `quote` (design.md contract, plus extensions)."""
+    options = [
+        click.option("--model", "-m", "model_name", required=True, metavar="MODEL",
+                     help="Preset (13b, llama-3.1-8b, qwen2.5-7b), size (6.7b, 350m) or path to a config.json."),
+        click.option("--mode", required=True, type=click.Choice(["full", "lora", "qlora", "inference"]),
+                     help="full fine-tune, LoRA (16-bit base), QLoRA (4-bit base), or inference."),
+        click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True, help="Tokens per sequence."),
+        click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences per GPU per step."),
+        click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs in total (estimate: default 1; quote: chosen per offer)."),
+        click.option("--zero", type=click.IntRange(0, 3), default=None, help="DeepSpeed ZeRO stage (quote: pins the layout)."),
+        click.option("--fsdp", is_flag=True, default=False, help="Shard with PyTorch FSDP instead of ZeRO."),
+        click.option("--offload", type=click.Choice(["none", "optimizer", "all"]), default=None,
+                     help="Move optimizer state (and parameters) to CPU RAM."),
+        click.option("--grad-checkpointing/--no-grad-checkpointing", default=True, show_default=True,
+                     help="Recompute activations in backward (seeds: on for long sequences)."),
+        click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
+                     help="FlashAttention/SDPA: no seq^2 attention scores."),
+        click.option("--lora-rank", type=click.IntRange(min=1), default=16, show_default=True),
+        click.option("--lora-targets", default="all-linear", show_default=True,
+                     help="Comma list of q,k,v,o,gate,up,down,lm_head, or all-linear."),
+        click.option("--precision", type=click.Choice(["bf16", "bf16-mixed", "bf16-true", "fp16", "fp16-mixed", "fp32", "fp8"]),
+                     default="bf16", show_default=True,
+                     help="bf16 = bf16-mixed (fp32 master + states); bf16-true keeps everything in bf16."),
+        click.option("--optimizer", type=click.Choice(["adamw", "adamw-8bit", "paged-adamw", "sgd", "none"]),
+                     default="adamw", show_default=True),
+        click.option("--optimizer-in-backward", is_flag=True, help="Step each parameter during backward (no gradient buffer)."),
+        click.option("--tensor-parallel", type=click.IntRange(min=1), default=None, help="Tensor-parallel size (NVLink only in quotes)."),
+        click.option("--quant", type=click.Choice(["none", "nf4", "int8", "int4"]), default="none", show_default=True,
+                     help="Weight quantisation for --mode inference."),
+        click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="NF4 double quantisation (QLoRA)."),
+        click.option("--chunked-loss", is_flag=True, help="Chunked/fused cross-entropy (torchtune, Liger, unsloth)."),
+        click.option("--margin", type=click.FloatRange(0, 1), default=0.15, show_default=True,
+                     help="Safety margin over the nvidia-smi view (seeds: 15-20 %)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+WORKLOAD_KEYS = ("model_name", "mode", "seq_len", "micro_batch", "gpus", "zero", "fsdp", "offload",
+                 "grad_checkpointing", "flash_attention", "lora_rank", "lora_targets", "precision", "optimizer",
+                 "optimizer_in_backward", "tensor_parallel", "quant", "double_quant", "chunked_loss", "margin")
+
+
+def _workload(kw: dict[str, Any]) -> tuple[Any, Any]:
+    """(ModelSpec, TrainingSetup) from the shared workload flags."""
+    from optimizer.models import TrainingSetup
+    from optimizer.workload import resolve_model
+
+    model = resolve_model(kw["model_name"])
+    setup = TrainingSetup(
+        mode=kw["mode"], seq_len=kw["seq_len"], micro_batch=kw["micro_batch"], gpus=kw["gpus"] or 1,
+        zero=kw["zero"] or 0, fsdp=kw["fsdp"], offload=kw["offload"] or "none",
+        grad_checkpointing=kw["grad_checkpointing"], flash_attention=kw["flash_attention"],
+        lora_rank=kw["lora_rank"], lora_targets=kw["lora_targets"], precision=kw["precision"],
+        optimizer="none" if kw["mode"] == "inference" else kw["optimizer"],
+        optimizer_in_backward=kw["optimizer_in_backward"], tensor_parallel=kw["tensor_parallel"] or 1,
+        quant=kw["quant"], double_quant=kw["double_quant"], chunked_loss=kw["chunked_loss"], margin=kw["margin"],
+    )
+    return model, setup
+
+
+@cli.command("estimate")
+@workload_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def estimate_command(fmt: str, **kw: Any) -> None:
+    """Memory per GPU for a training (or inference) job, and which GPUs can hold it.
+
+    \b
+    Examples:
+      rentopt estimate --model 13b --mode lora
+      rentopt estimate --model 7b --mode full --gpus 8 --zero 3 --format json
+      rentopt estimate --model llama-3.1-70b --mode qlora --seq-len 4096
+      rentopt estimate --model ./config.json --mode inference --quant nf4 --seq-len 32768
+
+    The breakdown follows the seeds: weights, gradients, optimizer, activations, overhead.
+    Three totals, because published numbers measure different things: allocated (PyTorch's
+    max_memory_allocated), reserved (caching allocator) and device (nvidia-smi); "required"
+    adds the safety margin and is what rentopt compares with a card's memory. GB = 1e9 bytes.
+    """
+    from optimizer.feasibility import classes_that_fit
+    from optimizer.hardware import all_gpus
+    from optimizer.memory import estimate
+    from optimizer.render import estimate_json, estimate_table
+
+    model, setup = _workload(kw)
+    est = estimate(model, setup)
+    gpus = all_gpus()
+    fits = classes_that_fit(model, setup, gpus)
+    classes = {g.id: g.gpu_class for g in gpus}
+    if fmt == "json":
+        click.echo(estimate_json(est, fits, classes))
+    else:
+        click.echo(estimate_table(model, setup, est, fits, classes))
+
+
+def _tokens_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """--tokens 2e9, 2B, 500M, 1.5T."""
+    if value is None:
+        return None
+    text = value.strip().upper().replace("_", "").replace(",", "")
+    mult = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}.get(text[-1:], 1.0)
+    try:
+        n = float(text[:-1] if mult != 1.0 else text) * mult
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a token count (e.g. 2e9, 500M, 2B)") from None
+    if not math.isfinite(n) or n <= 0:
+        raise click.BadParameter("must be a positive number of tokens")
+    return n
+
+
+def _positive_decimal_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    from decimal import Decimal, InvalidOperation
+
+    if value is None:
+        return None
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:
+        raise click.BadParameter(f"{value!r} is not a number") from None
+    if not amount.is_finite() or amount <= 0:
+        raise click.BadParameter("must be a positive number")
+    return amount
+
+
+def _non_negative_decimal_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        amount = Decimal(value) if value is not None else None
+    except InvalidOperation:
+        raise click.BadParameter(f"{value!r} is not a number") from None
+    if amount is not None and (not amount.is_finite() or amount < 0):
+        raise click.BadParameter("must not be negative")
+    return amount
+
+
+@cli.command("quote")
+@workload_options
+@click.option("--days", callback=_positive_decimal_option, metavar="D", help="Wall-clock days of training.")
+@click.option("--tokens", callback=_tokens_option, metavar="T",
+              help="Training tokens (2e9, 500M, 2B); hours then come from the timing model per layout.")
+@click.option("--providers", "providers", metavar="A,B", help="Only offers from these providers.")
+@click.option("--offers-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Plan over this JSON (`rentopt offers --format json`) or hand-written CSV instead of the store.")
+@click.option("--currency", default="USD", show_default=True, help="Currency of the quote (offers are converted).")
+@click.option("--fx", "fx_overrides", multiple=True, metavar="CODE=RATE", help="Exchange rate override, units per USD (--fx CNY=7.1).")
+@click.option("--validate-hours", callback=_positive_decimal_option, default="4", show_default=True, metavar="H",
+              help="Length of the validation run (seeds' step 1).")
+@click.option("--no-validate", is_flag=True, help="Skip the validation stage.")
+@click.option("--idle-days", callback=_non_negative_decimal_option, default="0", show_default=True, metavar="N",
+              help="Gap between validation and training (stop and pay for disk, or destroy: priced both ways).")
+@click.option("--keep-checkpoints", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Checkpoints kept on disk (seeds: the latest and the best).")
+@click.option("--data-gb", callback=_non_negative_decimal_option, default="10", show_default=True, metavar="GB",
+              help="Dataset size on the instance's disk.")
+@click.option("--deadline-days", callback=_positive_decimal_option, metavar="D", help="Everything done within D days.")
+@click.option("--budget", callback=_positive_decimal_option, metavar="X", help="Total at most X in --currency.")
+@click.option("--top", type=click.IntRange(min=1, max=50), default=5, show_default=True,
+              help="Plans to show, each on a different provider or GPU.")
+@click.option("--spot/--no-spot", default=False, show_default=True,
+              help="Also consider interruptible prices, priced with the expected cost of lost work.")
+@click.option("--checkpoint-every", callback=_positive_decimal_option, default="1", show_default=True, metavar="H",
+              help="Hours between checkpoints (what a spot preemption loses).")
+@click.option("--measured-peak-gb", type=click.FloatRange(min=0, min_open=True), metavar="G",
+              help="Peak GPU memory measured in validation (nvidia-smi): re-plan from it instead of the estimate.")
+@click.option("--explain", is_flag=True, help="List every rejected offer with the number that failed.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+def quote_command(days: Any, tokens: float | None, providers: str | None, offers_file: Path | None, currency: str,
+                  fx_overrides: tuple[str, ...], validate_hours: Any, no_validate: bool, idle_days: Any,
+                  keep_checkpoints: int, data_gb: Any, deadline_days: Any, budget: Any, top: int, spot: bool,
+                  checkpoint_every: Any, measured_peak_gb: float | None, explain: bool, fmt: str, **kw: Any) -> None:
+    """The cheapest way to run a training job, as whole-job plans priced line by line.
+
+    \b
+    Examples:
+      rentopt quote --model 13b --mode lora --days 10
+      rentopt quote --model 7b --mode full --tokens 2B --deadline-days 7 --currency CNY
+      rentopt quote --model llama-3.1-8b --mode qlora --days 3 --spot --format json
+      rentopt quote --model 13b --mode lora --days 10 --idle-days 14 --explain
+      rentopt quote --model 13b --mode lora --days 10 --offers-file my-prices.csv
+
+    Each plan is a sequence of stages: validate (a short run on the cheapest config that fits,
+    --validate-hours), idle (stop and keep paying for disk, or destroy after copying out:
+    priced both ways), train (--days of wall-clock, or --tokens through the timing model), and
+    export (copy weights and checkpoints out before destroying). Bills include compute in the
+    cheapest mix of the offer's units (hour/day/week/month/term), disk while running and
+    stopped, egress and ingress. No feasible plan: exit status 3 with the binding constraint.
+    """
+    from optimizer.catalog import load_offers
+    from optimizer.currency import FxTable, parse_fx_option
+    from optimizer.feasibility import Pins
+    from optimizer.planner import QuoteRequest, build_quote
+    from optimizer.render import quote_json, quote_markdown, quote_table
+
+    if (days is None) == (tokens is None):
+        raise click.UsageError("give exactly one of --days or --tokens")
+    model, setup = _workload(kw)
+    fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))
+    pins = Pins(zero=kw["zero"], fsdp=kw["fsdp"] or None, tensor_parallel=kw["tensor_parallel"], offload=kw["offload"])
+    request = QuoteRequest(
+        model=model, setup=setup, days=days, tokens=tokens, currency=currency.strip().upper(),
+        validate_hours=None if no_validate else validate_hours, idle_days=idle_days,
+        keep_checkpoints=keep_checkpoints, data_gb=data_gb, deadline_days=deadline_days, budget=budget,
+        top=top, spot=spot, checkpoint_every_hours=checkpoint_every, measured_peak_gb=measured_peak_gb, pins=pins,
+    )
+    offers = load_offers(_comma_list(providers), offers_file)
+    quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
+    if fmt == "json":
+        click.echo(quote_json(quote))
+    elif fmt == "markdown":
+        click.echo(quote_markdown(quote))
+    else:
+        click.echo(f"Quote for {model.name}, {setup.mode}" + (f" ({'; '.join(model.notes)})" if model.notes else ""))
+        click.echo(quote_table(quote, explain=explain))
+
+
 @cli.command("models")
 @click.argument("model", required=False)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
@@ -110,9 +330,219 @@ def models_command(model: str | None, fmt: str) -> None:
         click.echo(f"note: {note}")
 
 
+@cli.command("gpus")
+@click.option("--class", "gpu_class", type=click.Choice(["datacenter", "workstation", "consumer"]),
+              help="Only GPUs of this class.")
+@click.option("--min-memory", type=click.FloatRange(min=0), metavar="GB", help="Only GPUs with at least GB of memory.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="table for people; json (GpuSpec objects with sources and notes) for scripts.")
+def gpus_command(gpu_class: str | None, min_memory: float | None, fmt: str) -> None:
+    """List the GPU catalog: the ids that --gpu and offers use, with memory, speed and interconnect.
+
+    \b
+    Examples:
+      rentopt gpus --class datacenter --min-memory 80
+      rentopt gpus --format json
+
+    BF16 TFLOPS are dense peaks (no sparsity); cards without BF16 show their FP16 rate. NVLink is
+    bidirectional GB/s per GPU, "none" when the card has none.
+    """
+    import json
+
+    from tabulate import tabulate
+
+    from optimizer.hardware import select_gpus
+
+    selected = select_gpus(gpu_class, min_memory)
+    if fmt == "json":
+        click.echo(json.dumps([g.model_dump(mode="json") for g in selected], indent=2))
+        return
+    if not selected:
+        click.echo("No GPU in the catalog matches these filters; loosen --class or --min-memory.", err=True)
+        return
+    table = [
+        [g.id, g.gpu_class, f"{g.memory_gb:g}", _tflops_cell(g.bf16_tflops, g.fp16_tflops),
+         f"{g.memory_bandwidth_gbps:g}", f"{g.nvlink_gbps:g}" if g.nvlink_gbps else "none",
+         g.pcie_gen or "?", g.form_factor]
+        for g in selected
+    ]
+    headers = ["id", "class", "memory GB", "BF16 TFLOPS", "bandwidth GB/s", "NVLink GB/s", "PCIe gen", "form factor"]
+    click.echo(tabulate(table, headers=headers, disable_numparse=True))
+
+
+def _tflops_cell(bf16: float | None, fp16: float | None) -> str:
+    if bf16:
+        return f"{bf16:g}"
+    return f"none (FP16 {fp16:g})" if fp16 else "none"
+
+
+def _comma_list(value: str | None) -> list[str] | None:
+    """'a, b' -> ['a', 'b']; None or empty -> None (meaning: all)."""
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    return names or None
+
+
+@cli.command("refresh")
+@click.option("--providers", "names", metavar="A,B", help="Only these providers (comma-separated). Default: all registered.")
+@click.option("--quiet", is_flag=True, help="Print nothing but errors (for cron).")
+def refresh_command(names: str | None, quiet: bool) -> None:
+    """Fetch current prices from every provider into the local price store.
+
+    \b
+    Examples:
+      rentopt refresh
+      rentopt refresh --providers vast,runpod
+      15 3 * * *  rentopt refresh --quiet        # nightly from cron
+
+    Providers are fetched at the same time; each one's prices are stored on their own. One that
+    fails keeps its last good prices (marked stale); one without its API key is skipped with the
+    variable to set. Exit status: 0 all refreshed, 1 some failed, 2 none succeeded.
+    """
+    from optimizer.refresh import format_report, run_refresh
+
+    progress = (lambda line: click.echo(line, err=True)) if not quiet and sys.stderr.isatty() else None
+    report = run_refresh(_comma_list(names), progress=progress)
+    if quiet:
+        for r in report.results:
+            if r.status == "failed" or (r.status == "skipped" and r.requested):
+                click.echo(f"rentopt: {r.provider}: {r.status}: {r.error}", err=True)
+    else:
+        click.echo(format_report(report))
+    sys.exit(report.exit_code)
+
+
+@cli.command("offers")
+@click.option("--gpu", metavar="GPU", help="A catalog id or alias (H100-SXM-80GB, 'RTX 4090'; see `rentopt gpus`).")
+@click.option("--min-gpus", type=click.IntRange(min=1), help="At least this many GPUs per node.")
+@click.option("--min-gpu-memory", type=click.FloatRange(min=0), metavar="GB", help="At least GB of memory per GPU.")
+@click.option("--provider", "providers", metavar="A,B", help="Only these providers (comma-separated).")
+@click.option("--max-price", callback=_positive_decimal_option, metavar="PRICE",
+              help="At most PRICE per node-hour, in each offer's own currency (no conversion; see --currency).")
+@click.option("--currency", metavar="CODE", help="Only offers priced in this currency (USD, CNY, ...).")
+@click.option("--spot/--no-spot", default=None, help="Only interruptible (spot) offers, or only on-demand ones.")
+@click.option("--region", help="Region contains this text (case-insensitive), e.g. us-east, EU.")
+@click.option("--offers-file", type=click.Path(dir_okay=False, path_type=Path), help="List this JSON/CSV offers file instead of the store.")
+@click.option("--sort", type=click.Choice(["price", "gpu", "provider", "memory"]), default="price", show_default=True,
+              help="price: cheapest first within each currency; memory: most memory per GPU first.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many rows. Default: 50 for a table, all for json/csv.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="json (Offer objects) and csv read back with --offers-file.")
+def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float | None, providers: str | None,
+                   max_price: Any, currency: str | None, spot: bool | None, region: str | None,
+                   offers_file: Path | None, sort: str, limit: int | None, fmt: str) -> None:
+    """List the offers behind the quotes, with price, currency and age of every price.
+
+    \b
+    Examples:
+      rentopt offers --gpu H100-SXM-80GB --min-gpus 8
+      rentopt offers --min-gpu-memory 48 --max-price 2 --currency USD --sort price
+      rentopt offers --provider vast --format csv > vast.csv
+
+    Prices are per node-hour (all GPUs of the offer): the hourly price, or for an offer sold by
+    the day/week/month that price per hour of it. The header says where they come from: the
+    price store, or the bundled snapshot and its date until you run `rentopt refresh`.
+    """
+    from datetime import datetime, timezone
+
+    from optimizer.catalog import find_offers
+    from optimizer.hardware import resolve_user_gpu
+    from optimizer.offers_io import OFFER_TABLE_HEADERS, offer_table_rows, write_offers_csv, write_offers_json
+    from optimizer.store import OfferQuery
+
+    names = _comma_list(providers)
+    query = OfferQuery(
+        providers=tuple(names) if names else None, gpus=(resolve_user_gpu(gpu).id,) if gpu else None,
+        min_gpus=min_gpus, min_gpu_memory_gb=min_gpu_memory, spot=spot, region=region,
+        currency=currency.strip().upper() if currency else None, max_hour_price=max_price,
+    )
+    found = find_offers(query, offers_file=offers_file, sort=sort, limit=limit or (50 if fmt == "table" else None))
+    if fmt != "table":
+        click.echo(f"# {found.label}: {len(found.offers)} offers", err=True)
+        if fmt == "json":
+            write_offers_json(found.offers, sys.stdout)
+        else:
+            for left in write_offers_csv(found.offers, sys.stdout):
+                click.echo(f"# left out {left.provider}/{left.offer_id}: no price a CSV line can express", err=True)
+        return
+    from tabulate import tabulate
+
+    click.echo(f"Offers from the {found.label}")
+    for note in found.notes:
+        click.echo(f"note: {note}")
+    if not found.offers:
+        click.echo("No offer matches these filters; loosen them (see `rentopt offers --help`).")
+        return
+    rows = offer_table_rows(found.offers, datetime.now(timezone.utc))
+    click.echo(tabulate(rows, headers=OFFER_TABLE_HEADERS, disable_numparse=True))
+
+
+@cli.command("providers")
+def providers_command() -> None:
+    """Show each provider plugin: API key set (never the key), last refresh, staleness, errors.
+
+    \b
+    Example:
+      rentopt providers
+
+    Also lists plugins that failed to load. Reads the price store without changing it.
+    """
+    from optimizer.refresh import format_overview, provider_overview
+
+    click.echo(format_overview(provider_overview()))
+
+
+@cli.command("report")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "html"]), default=None,
+              help="Default: from the -o suffix (.html, .md), else markdown.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--since", default="30d", show_default=True, help="History window: 7d, 30d, 12w, 6m (days, weeks, months).")
+@click.option("--currency", default="USD", show_default=True, help="Currency of every amount (offers are converted).")
+@click.option("--fx", "fx_overrides", multiple=True, metavar="CODE=RATE", help="Exchange rate override, units per USD (--fx CNY=7.1).")
+@click.option("--workload", "workloads", multiple=True, metavar='"MODEL MODE DAYSd|TOKENS"',
+              help='Another job to price at every provider, e.g. "llama-3.1-8b qlora 3d" or "7b full 2B".')
+@click.option("--providers", metavar="A,B", help="Only these providers (comma-separated).")
+def report_command(fmt: str | None, output: Path | None, since: str, currency: str, fx_overrides: tuple[str, ...],
+                   workloads: tuple[str, ...], providers: str | None) -> None:
+    """A provider comparison for your team: freshness, prices per GPU-hour, whole-job costs, history.
+
+    \b
+    Examples:
+      rentopt report -o report.html
+      rentopt report --currency CNY --fx CNY=7.1 --since 12w > report.md
+      rentopt report --workload "llama-3.1-8b qlora 3d" --providers vast,runpod,lambda -o team.html
+
+    Whole-job costs cover four reference jobs (7B QLoRA 3 days, 13B LoRA 10 days, 7B full
+    fine-tune 10 days, 70B LoRA 14 days) plus each --workload. HTML is one self-contained file
+    (inline charts, nothing fetched). Reads the price store (or the bundled snapshot) and never
+    changes it.
+    """
+    from optimizer.currency import FxTable, parse_fx_option
+    from optimizer.report import ReportRequest, build_report, format_for, parse_since, parse_workload, render, write_report
+
+    request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=currency.strip().upper(),
+                            workloads=tuple(parse_workload(w) for w in workloads),
+                            providers=tuple(_comma_list(providers) or ()) or None)
+    fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))
+    text = render(build_report(request, fx), format_for(output, fmt))
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_report(output, text)
+        click.echo(f"wrote {output}", err=True)
+
+
 def main() -> None:
     try:
-        cli(prog_name="rentopt")
+        cli.main(prog_name="rentopt", standalone_mode=False)
+    except click.UsageError as exc:
+        # Usage errors (a bad flag value, a missing option) as one line, pointing at --help.
+        where = exc.ctx.command_path if exc.ctx else "rentopt"
+        fail(f"{exc.format_message()} (see `{where} --help`)", 2)
+    except click.ClickException as exc:
+        fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        click.echo("rentopt: aborted", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         click.echo("rentopt: interrupted", err=True)
         sys.exit(130)

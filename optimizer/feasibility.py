@@ -136,6 +136,9 @@ def usable_gb(gpu: GpuSpec, offer_memory_gb: float | None = None) -> float:
         catalog = gpu.reported_memory_mib * 2**20 / 1e9
     else:
         catalog = gpu.memory_gb * 2**30 / 1e9 * LABEL_USABLE
+    # A card that the runtime sees as several devices (MI250X: two 64 GB GCDs) gives each
+    # process one device's share (gpu-specs.md §6).
+    catalog /= gpu.devices_per_card
     if offer_memory_gb and offer_memory_gb > gpu.memory_gb * 1.1:
         return offer_memory_gb * 2**30 / 1e9 * LABEL_USABLE
     return catalog
@@ -234,7 +237,7 @@ def scaling_prior(rung_kind: str, n: int) -> tuple[float, float, float]:
     if n <= 1:
         return (1.0, 1.0, 1.0)
     doublings = math.log2(n)
-    return tuple(round((f / 2) ** doublings, 4) for f in SPEEDUP_PER_DOUBLING[rung_kind])  # type: ignore[return-value]
+    return tuple((f / 2) ** doublings for f in SPEEDUP_PER_DOUBLING[rung_kind])  # type: ignore[return-value]
 
 
 def _scaling(setup: TrainingSetup, rung: _Rung, shape: NodeShape) -> tuple[tuple[float, float, float], str | None]:
@@ -269,7 +272,7 @@ def _scaling(setup: TrainingSetup, rung: _Rung, shape: NodeShape) -> tuple[tuple
     if penalty:
         n = shape.total_gpus
         penalty += f"; expected scaling efficiency on {n} GPU{'s' if n > 1 else ''}: {mid:.0%} ({low:.0%}-{high:.0%})"
-    return (round(low, 4), round(mid, 4), round(high, 4)), penalty
+    return (low, mid, high), penalty
 
 
 def _fabric_problem(shape: NodeShape) -> str | None:

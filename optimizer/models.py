@@ -535,5 +535,6 @@ class Quote(BaseModel):
     fx: list[FxRate] = []
     plans: list[Plan]
     rejected: list[Rejection] = []
+    rejected_count: int = 0  # len(rejected) when listed; the count alone otherwise
     memory: MemoryEstimate | None = None
     assumptions: list[str] = []

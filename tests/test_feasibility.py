@@ -119,7 +119,7 @@ def test_usable_memory_uses_reported_mib():
 
 
 def test_scaling_prior_shape():
-    assert scaling_prior("sharded-pcie", 4) == (0.36, 0.4225, 0.5625)
+    assert scaling_prior("sharded-pcie", 4) == pytest.approx((0.36, 0.4225, 0.5625))
     low, mid, high = scaling_prior("dp-nvlink", 8)
     assert low < mid < high <= 1
 

@@ -1,0 +1,118 @@
+"""End-to-end `rentopt quote` speed over a price store of 10,000 and 100,000 offers.
+
+    .venv/bin/python benchmarks/bench_quote.py [--sizes 10000,100000] [--repeat 3]
+
+Targets (issue 4): process start to printed plan in at most 1 s over 10,000 offers and 5 s
+over 100,000 on the 2-core development machine. Each size is timed as a fresh subprocess
+(`rentopt quote ...`, best of --repeat), then once in-process to split the time into import,
+loading offers, planning (feasibility, timing, billing, dominance), solving and rendering, so
+the solver's share is visible. The offers are synthetic but shaped like a marketplace catalog
+(bench_store.synthetic_offers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+JOBS = {
+    "13b lora 10 days": ["--model", "13b", "--mode", "lora", "--days", "10"],
+    "7b full 2B tokens": ["--model", "7b", "--mode", "full", "--tokens", "2e9"],
+}
+
+
+def fill_store(home: Path, n: int) -> None:
+    from bench_store import synthetic_offers
+
+    from optimizer import store
+
+    home.mkdir(parents=True, exist_ok=True)
+    offers = synthetic_offers(n)
+    with store.open_writable(home / "prices.sqlite") as s:
+        s.write_snapshot("bench", offers, fetched_at=offers[0].fetched_at)
+
+
+def time_subprocess(home: Path, args: list[str], repeat: int) -> float:
+    env = {**os.environ, "RENTOPT_HOME": str(home)}
+    exe = [sys.executable, "-c", "from optimizer.cli import main; main()", "quote", *args]
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        proc = subprocess.run(exe, env=env, capture_output=True, text=True)
+        best = min(best, time.perf_counter() - start)
+        if proc.returncode != 0:
+            raise SystemExit(f"quote failed: {proc.stderr.strip()}")
+    return best
+
+
+def breakdown(home: Path, args: list[str]) -> dict[str, float]:
+    """One in-process run, timed by phase (imports are already warm except the solver's)."""
+    os.environ["RENTOPT_HOME"] = str(home)
+    times: dict[str, float] = {}
+    t = time.perf_counter()
+    from optimizer import solver  # noqa: F401  ortools
+    times["import ortools"] = time.perf_counter() - t
+    from optimizer.catalog import load_offers
+    from optimizer.currency import FxTable
+    from optimizer.models import TrainingSetup
+    from optimizer.planner import QuoteRequest, _Planner, _prefer_stop
+    from optimizer.render import quote_table
+    from optimizer.workload import resolve_model
+
+    kw = dict(zip(args[::2], args[1::2]))
+    t = time.perf_counter()
+    offers = load_offers()
+    times["load offers"] = time.perf_counter() - t
+    req = QuoteRequest(model=resolve_model(kw["--model"]), setup=TrainingSetup(mode=kw["--mode"]),
+                       days=Decimal(kw["--days"]) if "--days" in kw else None,
+                       tokens=float(kw["--tokens"]) if "--tokens" in kw else None)
+    fx = FxTable.load()
+    t = time.perf_counter()
+    planner = _Planner(req, offers, fx)
+    built = planner.build()
+    times["plan (feasibility, billing, dominance)"] = time.perf_counter() - t
+    t = time.perf_counter()
+    decisions = solver.solve(built.instance, top_k=req.top)
+    times["solve (prune + CP-SAT, top 5)"] = time.perf_counter() - t
+    t = time.perf_counter()
+    from optimizer.planner import build_quote
+
+    quote_table(build_quote(req, offers, fx, list_rejected=False))
+    times["whole build_quote + render (again)"] = time.perf_counter() - t
+    times["candidates after dominance"] = float(len(built.instance.train) + len(built.instance.validate))
+    _ = [_prefer_stop(d, built.instance) for d in decisions]
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    for n in (int(x) for x in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            home = Path(tmp) / "home"
+            start = time.perf_counter()
+            fill_store(home, n)
+            print(f"{n:,} offers (store filled in {time.perf_counter() - start:.1f} s)")
+            for name, job in JOBS.items():
+                wall = time_subprocess(home, job, args.repeat)
+                print(f"  {name:<20} end to end: {wall:.3f} s (best of {args.repeat})")
+            for phase, seconds in breakdown(home, JOBS["13b lora 10 days"]).items():
+                unit = "" if phase.startswith("candidates") else " s"
+                value = f"{seconds:.0f}" if not unit else f"{seconds:.3f}"
+                print(f"    {phase:<40} {value}{unit}")
+
+
+if __name__ == "__main__":
+    main()

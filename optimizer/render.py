@@ -1,0 +1,234 @@
+"""Text renderings of estimates and quotes (tables for people, JSON and Markdown for machines).
+
+The JSON shapes are the public contracts in design.md; these functions only format.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from optimizer.feasibility import Fit
+from optimizer.models import MemoryEstimate, ModelSpec, Plan, Quote, TrainingSetup
+
+CLASS_ORDER = ("datacenter", "workstation", "consumer")
+
+
+def _gb(x: float) -> str:
+    return f"{x:,.2f}"
+
+
+def estimate_header(model: ModelSpec, setup: TrainingSetup) -> str:
+    parts = [f"{model.name} ({model.total_params / 1e9:.2f}B params)", setup.mode, setup.precision,
+             f"seq {setup.seq_len} x micro-batch {setup.micro_batch}", f"{setup.gpus} GPU{'s' if setup.gpus > 1 else ''}"]
+    layout = []
+    if setup.zero:
+        layout.append(f"ZeRO-{setup.zero}")
+    if setup.fsdp:
+        layout.append("FSDP")
+    if setup.tensor_parallel > 1:
+        layout.append(f"TP{setup.tensor_parallel}")
+    if setup.offload != "none":
+        layout.append(f"offload {setup.offload}")
+    if layout:
+        parts.append(" + ".join(layout))
+    return ", ".join(parts)
+
+
+def fits_summary(fits: dict[int, list[Fit]], classes: dict[str, str]) -> list[list[str]]:
+    """Rows per GPU count; per class the smallest GPU that holds the job without CPU offload
+    (else with it), and how many catalog GPUs of that class hold it at all."""
+    rows = []
+    for n, found in fits.items():
+        row = [str(n)]
+        for cls in CLASS_ORDER:
+            here = sorted((f for f in found if classes[f.layout.gpu] == cls),
+                          key=lambda f: (f.layout.offload != "none", f.layout.gpu_memory_gb, f.layout.gpu))
+            if not here:
+                row.append("-")
+                continue
+            best = here[0].layout
+            row.append(f"{best.gpu} ({best.strategy}); {len(here)} fit")
+        rows.append(row)
+    return rows
+
+
+def estimate_table(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
+                   fits: dict[int, list[Fit]], classes: dict[str, str]) -> str:
+    from tabulate import tabulate
+
+    b = est.breakdown_gb
+    lines = [estimate_header(model, setup), ""]
+    if model.notes:
+        lines += [f"note: {n}" for n in model.notes] + [""]
+    comp = [
+        ["weights", _gb(b.weights), "parameters resident on each GPU (sharded/quantised as configured)"],
+        ["gradients", _gb(b.gradients), f"{est.trainable_params_b:.3f}B trainable parameters"],
+        ["optimizer", _gb(b.optimizer), f"{setup.optimizer} state (+ fp32 master copy in mixed precision)"],
+        ["activations", _gb(b.activations), "saved for backward + the loss/logits (KV cache for inference)"],
+        ["overhead", _gb(b.overhead), "buffers, allocator slack, CUDA context"],
+    ]
+    lines.append(tabulate(comp, headers=["per GPU", "GB", "what"], disable_numparse=True))
+    lines.append("")
+    views = [
+        ["peak allocated", _gb(est.peak_gb_per_gpu), "torch.cuda.max_memory_allocated"],
+        ["reserved", _gb(est.reserved_gb_per_gpu), "held by PyTorch's caching allocator"],
+        ["device", _gb(est.device_gb_per_gpu), "what nvidia-smi shows"],
+        ["required", _gb(est.required_gb_per_gpu), f"device + {est.margin:.0%} safety margin: what must fit"],
+    ]
+    lines.append(tabulate(views, headers=["total", "GB", "meaning"], disable_numparse=True))
+    lines.append("")
+    lines.append(f"checkpoint on disk: {_gb(est.checkpoint_gb)} GB per resumable checkpoint; "
+                 f"base weights {_gb(est.model_files_gb)} GB")
+    if est.cpu_offload_gb:
+        lines.append(f"host RAM for offloaded/paged state: {_gb(est.cpu_offload_gb)} GB per GPU")
+    lines.append("")
+    lines.append("Smallest GPU per class that holds this job in one node, without CPU offload where possible")
+    lines.append("(`rentopt gpus` lists the catalog; PCIe assumed unless SXM/OAM parts with NVLink):")
+    lines.append(tabulate(fits_summary(fits, classes), headers=["GPUs", *CLASS_ORDER], disable_numparse=True))
+    lines.append("")
+    lines.append("assumptions:")
+    lines += [f"  - {a}" for a in est.assumptions]
+    return "\n".join(lines)
+
+
+def estimate_json(est: MemoryEstimate, fits: dict[int, list[Fit]], classes: dict[str, str]) -> str:
+    data = est.model_dump(mode="json")
+    data["fits"] = {
+        str(n): [{"gpu": f.layout.gpu, "class": classes[f.layout.gpu], "layout": f.layout.strategy,
+                  "required_gb_per_gpu": f.layout.required_gb_per_gpu, "gpu_memory_gb": f.layout.gpu_memory_gb}
+                 for f in found]
+        for n, found in fits.items()
+    }
+    return json.dumps(data, indent=2)
+
+
+# --------------------------------------------------------------------------------------------
+# Quotes
+
+
+def money(amount: Decimal, currency: str) -> str:
+    """Display rounding only: the plan keeps exact Decimals.
+
+    >>> money(Decimal("1234.565"), "USD")
+    '1,234.57 USD'
+    """
+    from optimizer.billing import round_money
+
+    return f"{round_money(amount, currency):,} {currency}"
+
+
+def age(fetched_at: datetime, now: datetime | None = None) -> str:
+    """How old a price is, in words.
+
+    >>> age(datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 3, 6, tzinfo=timezone.utc))
+    '2 days old'
+    """
+    now = now or datetime.now(timezone.utc)
+    hours = (now - fetched_at).total_seconds() / 3600
+    if hours < 1:
+        return "fresh"
+    if hours < 48:
+        return f"{hours:.0f} h old"
+    return f"{hours / 24:.0f} days old"
+
+
+def quote_json(quote: Quote) -> str:
+    return quote.model_dump_json(indent=2)
+
+
+def number(d: Decimal, places: int = 2) -> str:
+    """A quantity for people: at most `places` decimals, no trailing zeros.
+
+    >>> number(Decimal("4.080277777777777777777777778")), number(Decimal("240")), number(Decimal("0.5"))
+    ('4.08', '240', '0.5')
+    """
+    q = d.quantize(Decimal(1).scaleb(-places))
+    text = f"{q:f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _plan_rows(plan: Plan) -> list[list[str]]:
+    rows = []
+    for st in plan.stages:
+        bill = "; ".join(f"{number(line.count)} {line.unit} @ {number(line.unit_price, 4)}"
+                         for line in st.billing if line.what == "compute") or "-"
+        where = f"{st.provider}/{st.offer_id}" if st.offer_id else st.provider
+        rows.append([st.kind, where, f"{st.gpus} x {st.gpu}" if st.gpus else st.gpu, st.layout,
+                     number(st.hours), bill, money(st.cost, plan.currency)])
+    return rows
+
+
+def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = None) -> str:
+    from tabulate import tabulate
+
+    out: list[str] = []
+    out.append(_prices_line(quote, now))
+    for fx in quote.fx:
+        out.append(f"exchange rate: 1 USD = {fx.per_usd} {fx.currency} (as of {fx.as_of}; {fx.source})")
+    for a in quote.assumptions:
+        out.append(f"assumption: {a}")
+    for plan in quote.plans:
+        out.append("")
+        li = plan.line_items
+        idle = next((st for st in plan.stages if st.kind == "idle"), None)
+        out.append(f"#{plan.rank}  total {money(plan.total, plan.currency)}"
+                   + (f"   (idle gap of {number(idle.hours)} h: {plan.idle})" if idle and idle.hours else ""))
+        out.append(tabulate(_plan_rows(plan), headers=["stage", "offer", "GPUs", "layout", "hours", "billed as", "cost"],
+                            disable_numparse=True))
+        out.append("line items: " + ", ".join(
+            f"{k.replace('_', ' ')} {money(getattr(li, k), plan.currency)}"
+            for k in ("compute", "storage_running", "storage_stopped", "egress", "ingress")))
+        if plan.hours_low is not None and plan.hours_high is not None:
+            out.append(f"training time range: {number(plan.hours_low)}-{number(plan.hours_high)} h")
+        for p in plan.prices:
+            out.append(f"prices: {p.provider} via {p.origin} ({p.source}), {age(p.fetched_at, now)}"
+                       + (" - STALE" if p.stale else ""))
+        for n in plan.notes:
+            out.append(f"note: {n}")
+    if explain and quote.rejected:
+        out.append("")
+        out.append(f"rejected offers ({len(quote.rejected)}):")
+        rows = [[r.provider, r.offer_id, r.gpu, r.constraint, r.reason] for r in quote.rejected]
+        out.append(tabulate(rows, headers=["provider", "offer", "gpu", "constraint", "reason"], disable_numparse=True))
+    elif quote.rejected_count:
+        out.append("")
+        out.append(f"{quote.rejected_count} offers rejected; --explain lists each with the number that failed.")
+    return "\n".join(out)
+
+
+def _prices_line(quote: Quote, now: datetime | None) -> str:
+    origin = {"store": "the local price store", "bundled": "the BUNDLED SNAPSHOT shipped with rentopt",
+              "offers-file": "the offers file"}[quote.price_origin]
+    when = f" as of {quote.prices_as_of:%Y-%m-%d %H:%M} UTC ({age(quote.prices_as_of, now)})" if quote.prices_as_of else ""
+    hint = " - run `rentopt refresh` for current prices" if quote.price_origin == "bundled" else ""
+    return f"Prices from {origin}{when}{hint}. Amounts in {quote.currency}."
+
+
+def quote_markdown(quote: Quote, now: datetime | None = None) -> str:
+    out = [f"# rentopt quote", "", _prices_line(quote, now), ""]
+    for fx in quote.fx:
+        out.append(f"- exchange rate: 1 USD = {fx.per_usd} {fx.currency} (as of {fx.as_of}; {fx.source})")
+    for plan in quote.plans:
+        out += ["", f"## Plan {plan.rank}: {money(plan.total, plan.currency)}", ""]
+        out.append("| stage | offer | GPUs | layout | hours | billed as | cost |")
+        out.append("|---|---|---|---|---:|---|---:|")
+        for row in _plan_rows(plan):
+            out.append("| " + " | ".join(_md(c) for c in row) + " |")
+        li = plan.line_items
+        out += ["", "| line item | amount |", "|---|---:|"]
+        for k in ("compute", "storage_running", "storage_stopped", "egress", "ingress"):
+            out.append(f"| {k.replace('_', ' ')} | {money(getattr(li, k), plan.currency)} |")
+        out.append(f"| **total** | **{money(plan.total, plan.currency)}** |")
+        if plan.notes:
+            out.append("")
+            out += [f"- {_md(n)}" for n in plan.notes]
+    if quote.rejected_count:
+        out += ["", f"{quote.rejected_count} offers rejected (see `--explain`)."]
+    return "\n".join(out) + "\n"
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,1209 @@
+"""`rentopt report`: a provider comparison a team can read, as Markdown or one self-contained HTML file.
+
+What it shows, all in one currency (each exchange rate with its date):
+
+1. freshness per provider: prices as of, last success, stale or not (and the error), offers,
+   GPU names the catalog did not know;
+2. the cheapest price per GPU-hour for each GPU model x provider, on-demand and spot, also per
+   GB of GPU memory-hour and per dense TFLOPS-hour;
+3. what whole reference jobs cost at each provider: the best plan per provider from the
+   planner (total and line items), or why that provider cannot run the job;
+4. price history per GPU model over the stored snapshots, and the largest price moves since
+   each provider's previous refresh.
+
+Data comes from `catalog.load_offers` (the price store, else the bundled snapshot, labelled) and,
+for freshness and history, from the store opened read-only: the report never writes anything
+but its own output. HTML is one file with inline CSS and inline SVG charts written here (no
+chart library, no script, nothing fetched), so it reads the same when mailed or offline.
+Every provider-supplied string is escaped in both formats: an offer id `<script>` stays text.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Literal
+
+from optimizer import __version__
+from optimizer.catalog import OfferSet, load_offers
+from optimizer.currency import FxTable, round_money
+from optimizer.errors import InputError, NoFeasiblePlan, StoreError
+from optimizer.hardware import get_gpu
+from optimizer.models import FxRate, GpuSpec, ModelSpec, Offer, Origin, Plan, PlanStage, PriceUnit, TrainingSetup
+from optimizer.offers_io import UNIT_ORDER, hour_price
+from optimizer.offers_io import money as unit_price
+from optimizer.planner import QuoteRequest, build_quote
+from optimizer.render import money, number
+from optimizer.store import open_readonly, store_path
+from optimizer.workload import resolve_model
+
+Format = Literal["markdown", "html"]
+TrainMode = Literal["full", "lora", "qlora"]
+MODE_LABELS: dict[str, str] = {"full": "full fine-tune", "lora": "LoRA", "qlora": "QLoRA"}
+
+# The jobs every report prices, as issue 5 lists them: QLoRA, LoRA and full fine-tunes at the
+# 7B-70B sizes of the seeds' sizing table (shared/seeds/004_266ca01670408f55.txt).
+REFERENCE_WORKLOADS = ("7b qlora 3d", "13b lora 10d", "7b full 10d", "70b lora 14d")
+
+# How many GPU models the charts show: the ones sold by the most providers. More bars than this
+# stop being readable on one page; the tables list every GPU.
+CHART_GPUS = 8
+# How many price moves the "largest moves" table lists.
+TOP_MOVES = 20
+# A month in --since is 30 days (the window only needs to be roughly right).
+DAYS_PER_UNIT = {"d": 1, "w": 7, "m": 30}
+TOKEN_SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+
+# --------------------------------------------------------------------------------------------
+# Inputs: the --since window and the --workload syntax
+
+
+def parse_since(text: str) -> timedelta:
+    """The history window: a whole number of days, weeks or months (30 days).
+
+    >>> parse_since("30d"), parse_since("12w"), parse_since(" 6M ")
+    (datetime.timedelta(days=30), datetime.timedelta(days=84), datetime.timedelta(days=180))
+    >>> parse_since("soon")
+    Traceback (most recent call last):
+    ...
+    optimizer.errors.InputError: --since 'soon' is not a window such as 7d, 30d, 12w or 6m (days, weeks, months)
+    """
+    m = re.fullmatch(r"\s*(\d+)\s*([dwm])\s*", text or "", re.IGNORECASE)
+    if not m or int(m.group(1)) == 0:
+        raise InputError(f"--since {text!r} is not a window such as 7d, 30d, 12w or 6m (days, weeks, months)")
+    return timedelta(days=int(m.group(1)) * DAYS_PER_UNIT[m.group(2).lower()])
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One job to price at every provider: MODEL MODE and either wall-clock days or tokens."""
+
+    text: str
+    model: ModelSpec
+    mode: TrainMode
+    days: Decimal | None = None
+    tokens: float | None = None
+
+    @property
+    def key(self) -> tuple:
+        """Equal for the same job however it was spelled ("7B QLoRA 3d" and "7b qlora 3days")."""
+        return (self.model.name, self.mode, self.days, self.tokens)
+
+    @property
+    def label(self) -> str:
+        amount = f"{number(self.days)} days" if self.days is not None else f"{_count(self.tokens or 0)} tokens"
+        return f"{self.text.split()[0]} {MODE_LABELS[self.mode]}, {amount}"
+
+
+def parse_workload(text: str) -> Workload:
+    """`MODEL MODE DAYSd` or `MODEL MODE TOKENS`: "llama-3.1-8b qlora 3d", "7b full 2B".
+
+    MODE is full, lora or qlora; TOKENS takes K/M/B/T suffixes or e-notation (2e9).
+
+    >>> w = parse_workload("7b full 2B"); (w.model.name, w.mode, w.days, w.tokens)
+    ('llama-2-7b', 'full', None, 2000000000.0)
+    >>> parse_workload("13b lora 10d").label, parse_workload("llama-3.1-8b qlora 5E8").label
+    ('13b LoRA, 10 days', 'llama-3.1-8b QLoRA, 500M tokens')
+    >>> parse_workload("13b sing 3d")
+    Traceback (most recent call last):
+    ...
+    optimizer.errors.InputError: --workload '13b sing 3d': mode 'sing' is not one of full, lora, qlora
+    """
+    parts = (text or "").split()
+    usage = f'--workload {text!r} is not MODEL MODE DAYSd or MODEL MODE TOKENS, e.g. "13b lora 10d" or "7b full 2B"'
+    if len(parts) != 3:
+        raise InputError(usage)
+    model_name, mode, amount = parts[0], parts[1].lower(), parts[2].lower()
+    if mode not in MODE_LABELS:
+        raise InputError(f"--workload {text!r}: mode {parts[1]!r} is not one of {', '.join(MODE_LABELS)}")
+    days: Decimal | None = None
+    tokens: float | None = None
+    if m := re.fullmatch(r"(\d+(?:\.\d+)?)d(?:ays?)?", amount):
+        days = Decimal(m.group(1))
+        if days <= 0:
+            raise InputError(f"--workload {text!r}: the number of days must be positive")
+    elif m := re.fullmatch(r"(\d+(?:\.\d+)?(?:e\d+)?)([kmbgt]?)", amount):
+        tokens = float(m.group(1)) * TOKEN_SUFFIXES.get(m.group(2), 1.0)
+        if not math.isfinite(tokens) or tokens <= 0:
+            raise InputError(f"--workload {text!r}: the token count must be positive")
+    else:
+        raise InputError(usage)
+    try:
+        model = resolve_model(model_name)
+    except InputError as exc:
+        raise InputError(f"--workload {text!r}: {exc}") from None
+    return Workload(text=text.strip(), model=model, mode=mode, days=days, tokens=tokens)  # type: ignore[arg-type]
+
+
+def reference_workloads() -> list[Workload]:
+    return [parse_workload(w) for w in REFERENCE_WORKLOADS]
+
+
+def format_for(output: Path | None, requested: str | None = None) -> Format:
+    """The output format: as requested, else from the file suffix, else Markdown.
+
+    >>> format_for(Path("r.HTML")), format_for(Path("r.md")), format_for(None), format_for(Path("r.md"), "html")
+    ('html', 'markdown', 'markdown', 'html')
+    """
+    if requested:
+        return "html" if requested == "html" else "markdown"
+    if output is not None and output.suffix.lower() in (".html", ".htm"):
+        return "html"
+    return "markdown"
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    since: timedelta = timedelta(days=30)
+    since_text: str = "30d"
+    currency: str = "USD"
+    workloads: tuple[Workload, ...] = ()
+    providers: tuple[str, ...] | None = None
+    now: datetime | None = None  # pinned by tests; default: the time of the report
+
+
+# --------------------------------------------------------------------------------------------
+# The report's data
+
+
+@dataclass(frozen=True)
+class Freshness:
+    provider: str
+    origin: str  # "price store" or "bundled snapshot of <date>"
+    offers: int
+    fetched_at: datetime | None  # when the oldest price shown was read
+    last_success_at: datetime | None
+    stale: bool
+    last_error: str | None
+    last_error_at: datetime | None
+    unknown_gpus: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PriceCell:
+    """The cheapest offer of one GPU model at one provider, per GPU-hour."""
+
+    provider: str
+    gpu: str
+    spot: bool
+    per_gpu_hour: Decimal  # in the report currency
+    native_per_gpu_hour: Decimal
+    native_currency: str
+    offer_id: str
+    node_gpus: int
+    basis: PriceUnit  # the unit the hourly figure comes from (hour, or a day/week/month/term price)
+    fetched_at: datetime
+
+
+@dataclass
+class GpuPrices:
+    spec: GpuSpec
+    on_demand: dict[str, PriceCell] = field(default_factory=dict)
+    spot: dict[str, PriceCell] = field(default_factory=dict)
+
+    @property
+    def providers(self) -> list[str]:
+        return sorted(set(self.on_demand) | set(self.spot))
+
+    @property
+    def tflops(self) -> float:
+        return self.spec.dense_tflops("bf16")
+
+    @property
+    def tflops_kind(self) -> str:
+        """Which dense rate `tflops` is: BF16, or FP16 for cards without BF16 (V100, T4)."""
+        if self.spec.bf16_tflops:
+            return "BF16"
+        return "FP16" if self.spec.fp16_tflops else "FP32"
+
+    def per_gb_hour(self, cell: PriceCell) -> Decimal:
+        return cell.per_gpu_hour / Decimal(str(self.spec.memory_gb))
+
+    def per_tflops_hour(self, cell: PriceCell) -> Decimal | None:
+        return cell.per_gpu_hour / Decimal(str(self.tflops)) if self.tflops else None
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One provider's best plan for a workload, or why it has none."""
+
+    provider: str
+    plan: Plan | None
+    reason: str | None = None
+
+    @property
+    def train(self) -> PlanStage | None:
+        if self.plan is None:
+            return None
+        return next((s for s in self.plan.stages if s.kind == "train"), None)
+
+
+@dataclass
+class WorkloadJobs:
+    workload: Workload
+    rows: list[JobRow]
+
+    @property
+    def feasible(self) -> list[JobRow]:
+        return [r for r in self.rows if r.plan is not None]
+
+    @property
+    def infeasible(self) -> list[JobRow]:
+        return [r for r in self.rows if r.plan is None]
+
+
+@dataclass(frozen=True)
+class HistorySeries:
+    """Min price per GPU-hour of one GPU at one provider, per snapshot, in the report currency."""
+
+    gpu: str
+    provider: str
+    spot: bool
+    points: tuple[tuple[datetime, Decimal], ...]
+
+
+@dataclass(frozen=True)
+class PriceMove:
+    provider: str
+    gpu: str
+    spot: bool
+    previous: Decimal
+    latest: Decimal
+    previous_at: datetime
+    latest_at: datetime
+
+    @property
+    def change_pct(self) -> Decimal:
+        return (self.latest - self.previous) / self.previous * 100
+
+
+@dataclass
+class Report:
+    generated_at: datetime
+    origin: Origin
+    label: str
+    currency: str
+    fx: list[FxRate]
+    since: timedelta
+    since_text: str
+    freshness: list[Freshness]
+    prices: list[GpuPrices]
+    chart_gpus: list[str]
+    jobs: list[WorkloadJobs]
+    history: dict[str, list[HistorySeries]]
+    moves: list[PriceMove]
+    history_note: str | None
+    notes: list[str]
+    providers: list[str]
+
+
+# --------------------------------------------------------------------------------------------
+# Gathering
+
+
+def build_report(request: ReportRequest, fx: FxTable) -> Report:
+    """Everything the report shows, from the store read-only (or the bundled snapshot)."""
+    currency = fx.rate(request.currency).currency  # an unknown currency fails before any work
+    now = request.now or datetime.now(timezone.utc)
+    offers = load_offers(list(request.providers) if request.providers else None)
+    notes = list(offers.notes)
+    if left_out := sorted({o.currency for o in offers.offers} - set(fx.rates)):
+        notes.append(f"offers priced in {', '.join(left_out)} are left out: no exchange rate; add one with "
+                     f"--fx {left_out[0]}=UNITS_PER_USD")
+    offers = replace(offers, offers=[o for o in offers.offers if o.currency in fx.rates])
+    providers = sorted(offers.provenance)
+    facts = _store_facts(offers, providers, request, now, fx, currency) if offers.origin == "store" \
+        else _bundled_facts(offers)
+    prices, unlisted = gather_prices(offers.offers, fx, currency)
+    if unlisted:
+        notes.append(f"GPU ids not in this rentopt's catalog are left out of the GPU tables: {', '.join(unlisted)} "
+                     "(the store was written by another version; `rentopt refresh` rewrites it)")
+    workloads = list(reference_workloads())
+    workloads += [w for w in request.workloads if w.key not in {r.key for r in workloads}]
+    used = {o.currency for o in offers.offers} | {currency}
+    return Report(
+        generated_at=now, origin=offers.origin, label=offers.label, currency=currency, fx=fx.rates_used(used),
+        since=request.since, since_text=request.since_text, freshness=facts.freshness, prices=prices,
+        chart_gpus=pick_chart_gpus(prices), jobs=[price_workload(w, offers, providers, fx, currency) for w in workloads],
+        history=facts.history, moves=facts.moves, history_note=facts.history_note, notes=notes, providers=providers,
+    )
+
+
+@dataclass
+class _Facts:
+    """What only the store knows: freshness with errors, and history."""
+
+    freshness: list[Freshness]
+    history: dict[str, list[HistorySeries]] = field(default_factory=dict)
+    moves: list[PriceMove] = field(default_factory=list)
+    history_note: str | None = None
+
+
+def _store_facts(offers: OfferSet, providers: list[str], request: ReportRequest, now: datetime, fx: FxTable,
+                 currency: str) -> _Facts:
+    store = open_readonly(store_path())
+    if store is None:  # removed between the two reads
+        raise StoreError(f"the price store {store_path()} disappeared while the report was being made; run it again")
+    oldest = _oldest_prices(offers)
+    with store:
+        wanted = set(request.providers) if request.providers else None
+        states = [s for s in store.providers() if wanted is None or s.name in wanted]
+        summaries = {s.name: store.snapshot_summaries(s.name) for s in states}
+        freshness = [
+            Freshness(
+                provider=s.name, origin="price store", offers=s.offers_count if s.has_data else 0,
+                fetched_at=oldest.get(s.name, s.fetched_at), last_success_at=s.last_success_at, stale=s.stale or not s.has_data,
+                last_error=s.last_error, last_error_at=s.last_error_at,
+                unknown_gpus=tuple(summaries[s.name][-1].get("unknown_gpus", ())) if summaries[s.name] else (),
+            )
+            for s in states
+        ]
+        # Moves compare each provider's last two refreshes, which may be older than the window.
+        previous = {p: [row["fetched_at"] for row in rows[-2:]] for p, rows in summaries.items() if p in providers}
+        window_start = now - request.since
+        start = min([window_start] + [t[0] for t in previous.values() if t])
+        gpus = sorted({o.gpu for o in offers.offers if o.gpu})
+        points = {g: [h for h in store.price_history(g, since=start) if h.provider in providers] for g in gpus}
+    by_key = history_points_by_key(points, fx, currency)
+    note = None
+    if all(len(t) < 2 for t in previous.values()):
+        note = "Only one refresh is stored so far: history builds up with each `rentopt refresh` (run it nightly)."
+    return _Facts(freshness, history_series(by_key, window_start), price_moves(by_key, previous), note)
+
+
+def _bundled_facts(offers: OfferSet) -> _Facts:
+    note = ("History starts with the first `rentopt refresh`: these prices come from the snapshot bundled with "
+            "rentopt, which has no history.")
+    return _Facts(_bundled_freshness(offers), history_note=note)
+
+
+def _oldest_prices(offers: OfferSet) -> dict[str, datetime]:
+    """Per provider, when its oldest price was read. A price sheet dates each price by when it was
+    checked, which can be well before the refresh that stored it."""
+    oldest: dict[str, datetime] = {}
+    for o in offers.offers:
+        if o.provider not in oldest or o.fetched_at < oldest[o.provider]:
+            oldest[o.provider] = o.fetched_at
+    return oldest
+
+
+def _bundled_freshness(offers: OfferSet) -> list[Freshness]:
+    oldest = _oldest_prices(offers)
+    unknown: dict[str, set[str]] = defaultdict(set)
+    for o in offers.offers:
+        if o.gpu is None:
+            unknown[o.provider].add(o.gpu_raw)
+    return [
+        Freshness(provider=p.provider, origin=f"bundled snapshot of {p.fetched_at:%Y-%m-%d}", offers=p.offers,
+                  fetched_at=oldest.get(p.provider, p.fetched_at), last_success_at=None, stale=False,
+                  last_error=None, last_error_at=None, unknown_gpus=tuple(sorted(unknown[p.provider])))
+        for p in sorted(offers.provenance.values(), key=lambda p: p.provider)
+    ]
+
+
+def interruptible_hour_price(offer: Offer) -> Decimal | None:
+    """Reference price per node-hour of the offer's interruptible (spot) options, if any.
+
+    Marketplaces sell spot as an option on an on-demand offer (RunPod, Vast); hyperscalers as
+    separate spot offers. Both count here, priced the same way as `hour_price`.
+    """
+    if offer.spot:
+        return hour_price(offer)
+    options = offer.options(interruptible=True)
+    if not options:
+        return None
+    return hour_price(offer.model_copy(update={"spot": True, "price_options": options}))
+
+
+def _basis(offer: Offer, spot: bool) -> PriceUnit:
+    """The unit `hour_price` took its figure from (the finest the offer sells)."""
+    own = offer.options(interruptible=spot) or offer.price_options
+    return next(u for u in UNIT_ORDER if any(p.unit == u for p in own))
+
+
+def gather_prices(offers: Iterable[Offer], fx: FxTable, currency: str) -> tuple[list[GpuPrices], list[str]]:
+    """Cheapest on-demand and spot price per GPU-hour for each known GPU x provider.
+
+    Also returns the GPU ids the catalog does not have (a store written by another version).
+    """
+    table: dict[str, GpuPrices] = {}
+    unlisted: set[str] = set()
+    for o in offers:
+        if o.gpu is None or o.gpu in unlisted:
+            continue
+        if o.gpu not in table:
+            try:
+                table[o.gpu] = GpuPrices(get_gpu(o.gpu))
+            except KeyError:
+                unlisted.add(o.gpu)
+                continue
+        on_demand = hour_price(o) if o.options(interruptible=False) else None
+        for spot, node_price in ((False, on_demand), (True, interruptible_hour_price(o))):
+            if node_price is None:
+                continue
+            native = node_price / o.gpus
+            cell = PriceCell(provider=o.provider, gpu=o.gpu, spot=spot, per_gpu_hour=fx.convert(native, o.currency, currency),
+                             native_per_gpu_hour=native, native_currency=o.currency, offer_id=o.offer_id,
+                             node_gpus=o.gpus, basis=_basis(o, spot), fetched_at=o.fetched_at)
+            cells = table[o.gpu].spot if spot else table[o.gpu].on_demand
+            best = cells.get(o.provider)
+            if best is None or (cell.per_gpu_hour, cell.offer_id) < (best.per_gpu_hour, best.offer_id):
+                cells[o.provider] = cell
+    # Biggest memory first, then name: the order people scan a GPU list in.
+    prices = sorted((g for g in table.values() if g.on_demand or g.spot), key=lambda g: (-g.spec.memory_gb, g.spec.id))
+    return prices, sorted(unlisted)
+
+
+def pick_chart_gpus(prices: Sequence[GpuPrices], limit: int = CHART_GPUS) -> list[str]:
+    """The GPU models sold on demand by the most providers (ties: more memory first)."""
+    ranked = sorted((g for g in prices if g.on_demand), key=lambda g: (-len(g.on_demand), -g.spec.memory_gb, g.spec.id))
+    return [g.spec.id for g in ranked[:limit]]
+
+
+def price_workload(workload: Workload, offers: OfferSet, providers: Sequence[str], fx: FxTable,
+                   currency: str) -> WorkloadJobs:
+    """The best plan at each provider (the planner on that provider's offers alone)."""
+    rows = []
+    for p in providers:
+        mine = replace(offers, offers=[o for o in offers.offers if o.provider == p])
+        request = QuoteRequest(model=workload.model, setup=TrainingSetup(mode=workload.mode), days=workload.days,
+                               tokens=workload.tokens, currency=currency, top=1)
+        try:
+            quote = build_quote(request, mine, fx, list_rejected=False)
+        except NoFeasiblePlan as exc:
+            rows.append(JobRow(p, None, short_reason(exc)))
+            continue
+        rows.append(JobRow(p, quote.plans[0]))
+    rows.sort(key=lambda r: (r.plan is None, r.plan.total if r.plan else 0, r.provider))
+    return WorkloadJobs(workload, rows)
+
+
+def short_reason(exc: NoFeasiblePlan, limit: int = 160) -> str:
+    """The binding constraint in one short line.
+
+    >>> short_reason(NoFeasiblePlan("x", ["all 3 offers were rejected: 3 offers by memory", "closest miss: ..."]))
+    'all 3 offers were rejected: 3 offers by memory'
+    >>> short_reason(NoFeasiblePlan("No feasible plan: over budget. Run with --explain to see rejected offers."))
+    'over budget'
+    """
+    text = exc.reasons[0] if exc.reasons else str(exc)
+    text = text.removeprefix("No feasible plan: ")
+    text = re.sub(r"\s*Run with --explain.*$", "", text).rstrip(". ")
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def history_points_by_key(points: dict, fx: FxTable, currency: str) -> dict[tuple[str, str, bool], dict[datetime, Decimal]]:
+    """(provider, gpu, spot) -> {fetched_at: min price per GPU-hour over node sizes and currencies}."""
+    out: dict[tuple[str, str, bool], dict[datetime, Decimal]] = defaultdict(dict)
+    for gpu, rows in points.items():
+        for h in rows:
+            if h.currency not in fx.rates:
+                continue
+            price = fx.convert(h.min_gpu_hour, h.currency, currency)
+            series = out[(h.provider, gpu, h.spot)]
+            if h.fetched_at not in series or price < series[h.fetched_at]:
+                series[h.fetched_at] = price
+    return out
+
+
+def history_series(by_key: dict[tuple[str, str, bool], dict[datetime, Decimal]],
+                   window_start: datetime) -> dict[str, list[HistorySeries]]:
+    """The points inside the window, as one series per GPU x provider x kind, grouped by GPU."""
+    out: dict[str, list[HistorySeries]] = defaultdict(list)
+    for (provider, gpu, spot), series in sorted(by_key.items()):
+        kept = tuple(sorted((t, p) for t, p in series.items() if t >= window_start))
+        if kept:
+            out[gpu].append(HistorySeries(gpu, provider, spot, kept))
+    return dict(out)
+
+
+def price_moves(by_key: dict[tuple[str, str, bool], dict[datetime, Decimal]],
+                previous: dict[str, list[datetime]], limit: int = TOP_MOVES) -> list[PriceMove]:
+    """Per GPU x provider: min price at the provider's previous refresh vs its latest, biggest % first."""
+    moves = []
+    for (provider, gpu, spot), series in by_key.items():
+        times = previous.get(provider, [])
+        if len(times) < 2:
+            continue
+        before, after = series.get(times[0]), series.get(times[1])
+        if before is None or after is None or before == after or before <= 0:
+            continue
+        moves.append(PriceMove(provider, gpu, spot, before, after, times[0], times[1]))
+    moves.sort(key=lambda m: (-abs(m.change_pct), m.provider, m.gpu, m.spot))
+    return moves[:limit]
+
+
+# --------------------------------------------------------------------------------------------
+# Small formatting helpers (display only: the numbers themselves stay Decimal)
+
+
+def significant(amount: Decimal, digits: int = 3) -> str:
+    """A small unit price to `digits` significant digits.
+
+    >>> significant(Decimal("0.0311250")), significant(Decimal("0.002517")), significant(Decimal("12.345"))
+    ('0.0311', '0.00252', '12.3')
+    """
+    if amount == 0:
+        return "0"
+    quantum = Decimal(1).scaleb(min(0, amount.adjusted() - digits + 1))
+    return f"{amount.quantize(quantum):f}"
+
+
+def sparkline(values: Sequence[Decimal]) -> str:
+    """A price trend in eight block heights (flat when the price never moved).
+
+    >>> sparkline([Decimal(1), Decimal(2), Decimal(3)]), sparkline([Decimal(2), Decimal(2)])
+    ('▁▅█', '▄▄')
+    """
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return SPARK_BLOCKS[3] * len(values)
+    top = len(SPARK_BLOCKS) - 1
+    return "".join(SPARK_BLOCKS[int(((v - lo) / (hi - lo) * top).to_integral_value())] for v in values)
+
+
+def when(t: datetime | None) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if t else "never"
+
+
+def age_text(then: datetime | None, now: datetime) -> str:
+    """How old, in words.
+
+    >>> age_text(datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 3, 6, tzinfo=timezone.utc))
+    '2 days'
+    """
+    if then is None:
+        return "-"
+    hours = (now - then).total_seconds() / 3600
+    if hours < 1:
+        return "under 1 h"
+    if hours < 48:
+        return f"{hours:.0f} h"
+    return f"{hours / 24:.0f} days"
+
+
+def pct(d: Decimal) -> str:
+    """A signed percentage with one decimal.
+
+    >>> pct(Decimal("-12.345")), pct(Decimal("3"))
+    ('-12.3 %', '+3.0 %')
+    """
+    return f"{d.quantize(Decimal('0.1')):+} %"
+
+
+def _count(n: float) -> str:
+    """2e9 -> '2B'.
+
+    >>> _count(2e9), _count(5e8), _count(1.5e12), _count(1234), _count(999)
+    ('2B', '500M', '1.5T', '1.234K', '999')
+    """
+    for suffix, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:g}{suffix}"
+    return f"{n:g}"
+
+
+BASIS_WORDS = {PriceUnit.DAY: "daily", PriceUnit.WEEK: "weekly", PriceUnit.MONTH: "monthly", PriceUnit.TERM: "reserved-term"}
+
+
+def _basis_note(cell: PriceCell) -> str:
+    return f"from a {BASIS_WORDS[cell.basis]} price" if cell.basis in BASIS_WORDS else ""
+
+
+def _offer_text(cell: PriceCell, currency: str) -> str:
+    """The offer behind a price: its node size, and its own price when it was converted."""
+    extra = [f"{cell.node_gpus}-GPU node"]
+    if cell.native_currency != currency:
+        extra.append(f"{unit_price(cell.native_per_gpu_hour)} {cell.native_currency}/GPU-h")
+    if b := _basis_note(cell):
+        extra.append(b)
+    return f"{cell.offer_id} ({', '.join(extra)})"
+
+
+def _fx_lines(report: Report) -> list[str]:
+    if not report.fx:
+        return [f"All prices were quoted in {report.currency}: no conversion."]
+    return [f"1 USD = {r.per_usd} {r.currency} (as of {r.as_of}; {r.source})" for r in report.fx]
+
+
+def _line_item_total(plan: Plan, key: str) -> Decimal:
+    return getattr(plan.line_items, key)
+
+
+LINE_ITEMS = (("compute", "compute"), ("storage_running", "storage running"), ("storage_stopped", "storage stopped"),
+              ("egress", "egress"), ("ingress", "ingress"))
+
+
+def _chosen(row: JobRow) -> str:
+    t = row.train
+    if t is None:
+        return "-"
+    nodes = f" on {t.nodes} nodes" if t.nodes > 1 else ""
+    return f"{t.gpus} x {t.gpu}{nodes}, {t.layout}"
+
+
+# --------------------------------------------------------------------------------------------
+# Tables: the same rows for both formats (each renderer escapes every cell its own way)
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[object]]
+    numeric: frozenset[int] = frozenset()  # right-aligned columns
+    row_classes: list[str] = field(default_factory=list)  # HTML only: "best", "group-start", "stale"
+
+
+SECTIONS = (("freshness", "Provider freshness"), ("prices", "Cheapest price per GPU-hour"),
+            ("jobs", "Whole-job cost"), ("history", "Price history"), ("notes", "How to read this report"))
+
+
+def freshness_table(report: Report) -> Table:
+    rows, classes = [], []
+    for f in report.freshness:
+        success = when(f.last_success_at) if f.last_success_at else ("never" if report.origin == "store" else "-")
+        rows.append([f.provider, f.origin, f.offers, when(f.fetched_at), age_text(f.fetched_at, report.generated_at),
+                     success, "yes" if f.stale else "no", _error_text(f), ", ".join(f.unknown_gpus) or "-"])
+        classes.append("stale" if f.stale else "")
+    return Table(["provider", "origin", "offers", "oldest price from", "age", "last success", "stale", "last error",
+                  "GPU names not in the catalog"], rows, frozenset({2}), classes)
+
+
+def price_table(report: Report) -> Table:
+    ccy = report.currency
+    rows, classes = [], []
+    for g in report.prices:
+        best = min((c.per_gpu_hour for c in g.on_demand.values()), default=None)
+        for i, p in enumerate(g.providers):
+            od, sp = g.on_demand.get(p), g.spot.get(p)
+            per_tf = g.per_tflops_hour(od) if od else None
+            shown = od or sp
+            assert shown is not None  # `providers` lists only providers with a price
+            rows.append([g.spec.id, f"{g.spec.memory_gb:g}", f"{g.tflops:g} {g.tflops_kind}" if g.tflops else "n/a", p,
+                         unit_price(od.per_gpu_hour) if od else "-", significant(g.per_gb_hour(od)) if od else "-",
+                         significant(per_tf) if per_tf is not None else "-",
+                         unit_price(sp.per_gpu_hour) if sp else "-", _offer_text(shown, ccy)])
+            classes.append(" ".join(c for c in ("group-start" if i == 0 else "",
+                                                "best" if od and od.per_gpu_hour == best else "") if c))
+    return Table(["GPU", "GB", "dense TFLOPS", "provider", f"on-demand {ccy}/GPU-h", f"{ccy}/GB-h", f"{ccy}/TFLOPS-h",
+                  f"spot {ccy}/GPU-h", "cheapest offer"], rows, frozenset({1, 2, 4, 5, 6, 7}), classes)
+
+
+def job_table(report: Report, jobs: WorkloadJobs) -> Table:
+    ccy = report.currency
+    rows: list[list[object]] = []
+    for r in jobs.feasible:
+        assert r.plan is not None
+        rows.append([r.provider, money(r.plan.total, ccy),
+                     *(f"{round_money(_line_item_total(r.plan, k), ccy):,}" for k, _ in LINE_ITEMS),
+                     _chosen(r), r.train.offer_id if r.train else "-"])
+    return Table(["provider", "total", *(f"{label} ({ccy})" for _, label in LINE_ITEMS), "GPUs, layout", "offer"],
+                 rows, frozenset({1, 2, 3, 4, 5, 6}))
+
+
+def history_table(report: Report) -> Table:
+    rows: list[list[object]] = []
+    for g in report.prices:
+        for s in report.history.get(g.spec.id, []):
+            values = [p for _, p in s.points]
+            rows.append([s.gpu, s.provider, "spot" if s.spot else "on-demand", f"{s.points[0][0]:%Y-%m-%d}",
+                         len(values), unit_price(values[0]), unit_price(values[-1]), unit_price(min(values)),
+                         unit_price(max(values)), sparkline(values)])
+    return Table(["GPU", "provider", "kind", "since", "snapshots", "first", "latest", "min", "max", "trend"], rows,
+                 frozenset({4, 5, 6, 7, 8}))
+
+
+def moves_table(report: Report) -> Table:
+    ccy = report.currency
+    return Table(["provider", "GPU", "kind", f"previous {ccy}/GPU-h", f"latest {ccy}/GPU-h", "change",
+                  "previous refresh", "latest refresh"],
+                 [[m.provider, m.gpu, "spot" if m.spot else "on-demand", unit_price(m.previous), unit_price(m.latest),
+                   pct(m.change_pct), when(m.previous_at), when(m.latest_at)] for m in report.moves],
+                 frozenset({3, 4, 5}))
+
+
+def _error_text(f: Freshness) -> str:
+    return f"{when(f.last_error_at)}: {f.last_error}" if f.last_error else "-"
+
+
+def _prices_intro(report: Report) -> str:
+    return (f"The cheapest offer of each GPU model at each provider, per GPU-hour in {report.currency} (a node's "
+            "price divided by its GPUs). Per GB-hour divides by the GPU's memory, per TFLOPS-hour by its dense "
+            "peak (BF16; FP16 for cards without BF16). Spot is interruptible capacity, shown apart. A price "
+            "marked 'from a monthly price' is that rate spread over its hours: you pay for the whole month.")
+
+
+def _jobs_intro(report: Report) -> str:
+    return (f"What a whole job costs at each provider, in {report.currency}: the best plan the planner finds on "
+            "that provider's offers alone (a 4-hour validation run, training, storage while it runs, exporting "
+            "checkpoints), at on-demand prices. Cheapest first.")
+
+
+def _history_intro(report: Report) -> str:
+    return (f"Min price per GPU-hour ({report.currency}) at each stored snapshot over the last {report.since_text}. "
+            "Spot here counts separate spot offers (hyperscalers); spot sold as an option on an on-demand offer "
+            "(RunPod, Vast) is in the price table only.")
+
+
+def _no_moves(report: Report) -> str:
+    if report.origin == "store":
+        return "No price moved between each provider's last two refreshes."
+    return "None yet: moves appear from the second `rentopt refresh` on."
+
+
+def _method_lines(report: Report) -> list[str]:
+    return [
+        f"Prices come from the {report.label}; the freshness table says how old each provider's are. "
+        "A stale provider's last refresh failed: its last good prices are shown.",
+        "Unknown or zero prices count as unknown, never as free. Offers whose GPU the catalog does not know "
+        "are named under freshness and left out of the GPU tables.",
+        "Conversions use the exchange rates above. History is converted at those same rates, so it shows "
+        "what providers changed, not currency moves.",
+        "Whole-job plans use default job settings (sequence 2048, micro-batch 1, gradient checkpointing, "
+        "10 GB of data, 2 checkpoints kept); 'rentopt quote' prices a job with your own settings.",
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+
+
+def md(text: object) -> str:
+    """Provider text made inert in a Markdown table: no HTML, links, code or cell breaks.
+
+    >>> md("<script>alert(1)</script> | [x](javascript:y)\\nz")
+    '&lt;script&gt;alert(1)&lt;/script&gt; \\\\| \\\\[x\\\\](javascript:y) z'
+    >>> md("gpu_1x_a10")
+    'gpu_1x_a10'
+    """
+    s = re.sub(r"[\r\n]+", " ", str(text))
+    s = html.escape(s, quote=False)
+    s = re.sub(r"([\\`*|\[\]~])", r"\\\1", s)
+    # An underscore inside a word never starts emphasis (CommonMark); at a word edge it may.
+    return re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\\_", s)
+
+
+def _md_table(table: Table) -> list[str]:
+    def row(cells: Iterable[object]) -> str:
+        return "| " + " | ".join(md(c) for c in cells) + " |"
+
+    align = ["---:" if i in table.numeric else "---" for i in range(len(table.headers))]
+    return [row(table.headers), "|" + "|".join(align) + "|", *(row(r) for r in table.rows)]
+
+
+def _anchor(title: str) -> str:
+    """GitHub-style heading anchor.
+
+    >>> _anchor("Cheapest price per GPU-hour")
+    'cheapest-price-per-gpu-hour'
+    """
+    return re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-")
+
+
+def render_markdown(report: Report) -> str:
+    out = ["# GPU rental: provider comparison", "",
+           f"Generated {when(report.generated_at)} by rentopt {__version__}. Prices from the {md(report.label)}.", "",
+           f"Amounts in **{report.currency}**. Exchange rates used:", ""]
+    out += [f"- {md(line)}" for line in _fx_lines(report)] + [""]
+    if report.notes:
+        out += ["Notes:", ""] + [f"- {md(n)}" for n in report.notes] + [""]
+    out += ["Contents:", ""] + [f"{i}. [{title}](#{_anchor(title)})" for i, (_, title) in enumerate(SECTIONS, 1)]
+
+    out += ["", f"## {SECTIONS[0][1]}", "", *_md_table(freshness_table(report))]
+    out += ["", f"## {SECTIONS[1][1]}", "", _prices_intro(report), "", *_md_table(price_table(report))]
+
+    out += ["", f"## {SECTIONS[2][1]}", "", _jobs_intro(report), ""]
+    for jobs in report.jobs:
+        out += [f"### {md(jobs.workload.label)}", ""]
+        if jobs.workload.model.notes:
+            out += [f"_{md('; '.join(jobs.workload.model.notes))}_", ""]
+        if jobs.feasible:
+            out += _md_table(job_table(report, jobs))
+        else:
+            out.append("No provider can run this job with the offers at hand.")
+        if jobs.infeasible:
+            out += ["", "Cannot run it:", ""] + [f"- **{md(r.provider)}**: {md(r.reason)}" for r in jobs.infeasible]
+        out.append("")
+
+    out += [f"## {SECTIONS[3][1]}", ""]
+    if report.history_note:
+        out += [report.history_note, ""]
+    history = history_table(report)
+    if history.rows:
+        out += [_history_intro(report), "", *_md_table(history)]
+    elif not report.history_note:
+        out.append(f"No stored snapshots in the last {md(report.since_text)}.")
+    out += ["", "### Largest price moves since the previous refresh", ""]
+    out += _md_table(moves_table(report)) if report.moves else [_no_moves(report)]
+
+    out += ["", f"## {SECTIONS[4][1]}", ""] + [f"- {md(line)}" for line in _method_lines(report)]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# SVG charts (written by hand: no library, no script; floats only for coordinates)
+
+# Okabe & Ito's colour-blind-safe palette (https://jfly.uni-koeln.de/color/), yellow left out
+# because it vanishes on white, then a few neutral extras for more than seven series.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#8C8C8C",
+           "#7F3C8D", "#11A579")
+LINE_ITEM_COLORS = {"compute": "#0072B2", "storage_running": "#E69F00", "storage_stopped": "#CC79A7",
+                    "egress": "#D55E00", "ingress": "#009E73"}
+CHART_WIDTH = 880
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi] in steps of 1, 2, 2.5 or 5 x 10^k.
+
+    >>> nice_ticks(0, 7.3)
+    [0.0, 2.0, 4.0, 6.0, 8.0]
+    >>> nice_ticks(0.21, 0.29)
+    [0.2, 0.22, 0.24, 0.26, 0.28, 0.3]
+    """
+    if hi <= lo:
+        hi = lo + (abs(lo) or 1.0)
+    raw = (hi - lo) / max(1, count - 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    return [round(float(i * step), 10) for i in range(first, last + 1)]
+
+
+def _tick_text(v: float) -> str:
+    """Tick labels: no float noise, no trailing zeros.
+
+    >>> _tick_text(0.30000000000000004), _tick_text(2.0), _tick_text(1250.0)
+    ('0.3', '2', '1,250')
+    """
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{round(v, 6):.6f}".rstrip("0").rstrip(".")
+
+
+def provider_colors(providers: Sequence[str]) -> dict[str, str]:
+    return {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(sorted(providers))}
+
+
+@dataclass
+class Bar:
+    label: str
+    segments: list[tuple[float, str, str]]  # (value, colour, tooltip)
+    value_text: str
+    note: str = ""  # shown instead of a bar when there is none
+
+
+def _legend(items: Sequence[tuple[str, str, bool]], x: float, y: float, width: float) -> tuple[list[str], float]:
+    """Swatches with names, wrapping at `width`; returns the SVG and the y below the legend."""
+    parts, cx, cy = ['<g class="legend">'], x, y
+    for name, color, dashed in items:
+        w = 22 + 7 * len(name) + 16
+        if cx + w > x + width and cx > x:
+            cx, cy = x, cy + 18
+        if dashed:
+            parts.append(f'<line x1="{cx:.1f}" y1="{cy - 4:.1f}" x2="{cx + 16:.1f}" y2="{cy - 4:.1f}" stroke="{color}" '
+                         f'stroke-width="2.5" stroke-dasharray="4 3"/>')
+        else:
+            parts.append(f'<rect x="{cx:.1f}" y="{cy - 10:.1f}" width="14" height="11" fill="{color}"/>')
+        parts.append(f'<text x="{cx + 20:.1f}" y="{cy:.1f}">{esc(name)}</text>')
+        cx += w
+    parts.append("</g>")
+    return parts, cy + 18
+
+
+def bar_chart(chart_id: str, title: str, axis_label: str, groups: Sequence[tuple[str, Sequence[Bar]]],
+              legend: Sequence[tuple[str, str, bool]]) -> str:
+    """Horizontal (stacked) bars in labelled groups, value at the end of each bar, x gridlines."""
+    width, label_w, value_w = CHART_WIDTH, 230, 120
+    x0, x1 = label_w, width - value_w
+    parts, y = _legend(legend, 12, 50, width - 24)
+    top = y + 4
+    rows: list[tuple[float, str | Bar]] = []  # (y, a group's label or a bar)
+    for group, bars in groups:
+        if group:
+            rows.append((y + 14, group))
+            y += 20
+        for bar in bars:
+            rows.append((y, bar))
+            y += 22
+    bottom = y + 4
+    vmax = max((sum(v for v, _, _ in b.segments) for _, b in rows if isinstance(b, Bar)), default=0.0)
+    ticks = nice_ticks(0.0, vmax or 1.0)
+    scale = (x1 - x0) / (ticks[-1] or 1.0)
+    height = bottom + 52
+    svg = [f'<svg class="chart" id="{esc(chart_id)}" viewBox="0 0 {width} {height:.0f}" width="{width}" '
+           f'height="{height:.0f}" role="img" aria-labelledby="{esc(chart_id)}-title" font-size="12">',
+           f'<title id="{esc(chart_id)}-title">{esc(title)}</title>',
+           f'<text class="chart-title" x="12" y="24" font-size="15" font-weight="bold">{esc(title)}</text>',
+           '<g class="grid" stroke="#dddddd">']
+    for t in ticks:
+        x = x0 + t * scale
+        svg.append(f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{bottom:.1f}"/>')
+    svg.append("</g>")
+    svg += parts
+    for ry, item in rows:
+        if not isinstance(item, Bar):
+            svg.append(f'<text class="group-label" x="12" y="{ry:.1f}" font-weight="bold">{esc(item)}</text>')
+            continue
+        svg.append(f'<text x="{x0 - 8}" y="{ry + 15:.1f}" text-anchor="end">{esc(item.label)}</text>')
+        cx = float(x0)
+        for value, color, tip in item.segments:
+            w = max(value * scale, 0.0)
+            svg.append(f'<rect class="bar" x="{cx:.1f}" y="{ry + 4:.1f}" width="{w:.1f}" height="15" fill="{color}">'
+                       f'<title>{esc(tip)}</title></rect>')
+            cx += w
+        if item.segments:
+            svg.append(f'<text class="value" x="{cx + 5:.1f}" y="{ry + 16:.1f}">{esc(item.value_text)}</text>')
+        else:
+            svg.append(f'<text class="note" x="{x0 + 4}" y="{ry + 16:.1f}" fill="#666666" font-style="italic">'
+                       f'{esc(item.note)}</text>')
+    svg.append(f'<line class="axis" x1="{x0}" y1="{bottom:.1f}" x2="{x1}" y2="{bottom:.1f}" stroke="#333333"/>')
+    for t in ticks:
+        x = x0 + t * scale
+        svg.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 16:.1f}" text-anchor="middle">{_tick_text(t)}</text>')
+    svg.append(f'<text class="axis-label" x="{(x0 + x1) / 2:.1f}" y="{bottom + 38:.1f}" text-anchor="middle">'
+               f'{esc(axis_label)}</text>')
+    svg.append("</svg>")
+    return "\n".join(svg)
+
+
+def line_chart(chart_id: str, title: str, y_label: str, series: Sequence[tuple[str, str, bool, Sequence[tuple[datetime, float]]]],
+               width: int = 430, height: int = 270) -> str:
+    """Price over time: one line (and dots) per series, dashed for spot, gridlines both ways."""
+    left, right, top, plot_h = 62, 14, 36, height - 36 - 56
+    times = sorted({t for *_, pts in series for t, _ in pts})
+    values = [v for *_, pts in series for _, v in pts]
+    t0, t1 = times[0], times[-1]
+    if t1 == t0:
+        t0, t1 = t0 - timedelta(days=1), t1 + timedelta(days=1)
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.1 or hi * 0.1 or 1.0
+    yticks = nice_ticks(max(0.0, lo - pad), hi + pad)
+    y_lo, y_hi = yticks[0], yticks[-1]
+    plot_w = width - left - right
+    span = (t1 - t0).total_seconds()
+
+    def px(t: datetime) -> float:
+        return left + (t - t0).total_seconds() / span * plot_w
+
+    def py(v: float) -> float:
+        return top + plot_h - (v - y_lo) / ((y_hi - y_lo) or 1.0) * plot_h
+
+    legend, legend_bottom = _legend([(name, color, dashed) for name, color, dashed, _ in series], 12, top + plot_h + 50,
+                                    width - 24)
+    height = max(height, int(legend_bottom))
+    svg = [f'<svg class="chart" id="{esc(chart_id)}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+           f'role="img" aria-labelledby="{esc(chart_id)}-title" font-size="11">',
+           f'<title id="{esc(chart_id)}-title">{esc(title)}</title>',
+           f'<text class="chart-title" x="10" y="18" font-size="13" font-weight="bold">{esc(title)}</text>',
+           '<g class="grid" stroke="#e3e3e3">']
+    for v in yticks:
+        svg.append(f'<line x1="{left}" y1="{py(v):.1f}" x2="{left + plot_w}" y2="{py(v):.1f}"/>')
+    xticks = _time_ticks(times)
+    for t in xticks:
+        svg.append(f'<line x1="{px(t):.1f}" y1="{top}" x2="{px(t):.1f}" y2="{top + plot_h}"/>')
+    svg.append("</g>")
+    svg.append(f'<path class="axis" d="M{left},{top} V{top + plot_h} H{left + plot_w}" stroke="#333333" fill="none"/>')
+    for v in yticks:
+        svg.append(f'<text class="tick" x="{left - 5}" y="{py(v) + 4:.1f}" text-anchor="end">{_tick_text(v)}</text>')
+    fmt = "%Y-%m-%d" if times[-1].year != times[0].year else "%m-%d"
+    for t in xticks:
+        svg.append(f'<text class="tick" x="{px(t):.1f}" y="{top + plot_h + 15}" text-anchor="middle">{t:{fmt}}</text>')
+    svg.append(f'<text class="axis-label" x="{left + plot_w / 2:.1f}" y="{top + plot_h + 32}" text-anchor="middle">'
+               f'snapshot date (UTC)</text>')
+    svg.append(f'<text class="axis-label" x="12" y="{top + plot_h / 2:.1f}" text-anchor="middle" '
+               f'transform="rotate(-90 12 {top + plot_h / 2:.1f})">{esc(y_label)}</text>')
+    for name, color, dashed, pts in series:
+        dash = ' stroke-dasharray="5 3"' if dashed else ""
+        if len(pts) > 1:
+            d = " ".join(f"{'M' if i == 0 else 'L'}{px(t):.1f},{py(v):.1f}" for i, (t, v) in enumerate(pts))
+            svg.append(f'<path class="series" d="{d}" stroke="{color}" stroke-width="2" fill="none"{dash}/>')
+        for t, v in pts:
+            svg.append(f'<circle class="point" cx="{px(t):.1f}" cy="{py(v):.1f}" r="3" fill="{color}">'
+                       f'<title>{esc(name)}: {_tick_text(v)} on {t:%Y-%m-%d %H:%M}</title></circle>')
+    svg += legend
+    svg.append("</svg>")
+    return "\n".join(svg)
+
+
+def _time_ticks(times: Sequence[datetime], count: int = 5) -> list[datetime]:
+    if len(times) <= count:
+        return list(times)
+    t0, t1 = times[0], times[-1]
+    return [t0 + (t1 - t0) * i / (count - 1) for i in range(count)]
+
+
+def price_chart(report: Report) -> str | None:
+    colors = provider_colors(report.providers)
+    by_id = {g.spec.id: g for g in report.prices}
+    groups = []
+    for gpu in report.chart_gpus:
+        cells = sorted(by_id[gpu].on_demand.values(), key=lambda c: (c.per_gpu_hour, c.provider))
+        groups.append((gpu, [Bar(c.provider, [(float(c.per_gpu_hour), colors[c.provider],
+                                               f"{c.provider} {gpu}: {unit_price(c.per_gpu_hour)} {report.currency}"
+                                               f"/GPU-h ({_offer_text(c, report.currency)})")],
+                                 unit_price(c.per_gpu_hour)) for c in cells]))
+    if not groups:
+        return None
+    used = sorted({b.label for _, bars in groups for b in bars})
+    return bar_chart("chart-prices", "Cheapest on-demand price per GPU-hour, by provider",
+                     f"{report.currency} per GPU-hour (cheapest on-demand offer)", groups,
+                     [(p, colors[p], False) for p in used])
+
+
+def job_chart(report: Report, index: int, jobs: WorkloadJobs) -> str:
+    ccy = report.currency
+    bars = []
+    for r in jobs.rows:
+        if r.plan is None:
+            bars.append(Bar(r.provider, [], "", f"cannot run: {r.reason}"))
+            continue
+        segments = [(float(_line_item_total(r.plan, k)), LINE_ITEM_COLORS[k],
+                     f"{label}: {money(_line_item_total(r.plan, k), ccy)}")
+                    for k, label in LINE_ITEMS if _line_item_total(r.plan, k) > 0]
+        bars.append(Bar(r.provider, segments, money(r.plan.total, ccy)))
+    legend = [(label, LINE_ITEM_COLORS[k], False) for k, label in LINE_ITEMS]
+    return bar_chart(f"chart-job-{index}", f"Whole-job cost: {jobs.workload.label}",
+                     f"total job cost ({ccy}), stacked by line item", [("", bars)], legend)
+
+
+def history_charts(report: Report) -> list[str]:
+    colors = provider_colors(report.providers)
+    charts = []
+    for i, gpu in enumerate(report.chart_gpus):
+        series = [(f"{s.provider}{' (spot)' if s.spot else ''}", colors[s.provider], s.spot,
+                   [(t, float(v)) for t, v in s.points]) for s in report.history.get(gpu, [])]
+        if series:
+            charts.append(line_chart(f"chart-history-{i}", gpu, f"{report.currency} per GPU-hour (min)", series))
+    return charts
+
+
+# --------------------------------------------------------------------------------------------
+# HTML
+
+CSS = """
+:root { color-scheme: light; }
+body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", sans-serif;
+       color: #1d1d1f; max-width: 1180px; margin: 0 auto; padding: 24px 28px 60px; background: #fff; }
+h1 { font-size: 26px; margin: 0 0 6px; }
+h2 { font-size: 20px; margin: 36px 0 10px; padding-bottom: 4px; border-bottom: 2px solid #0072B2; }
+h3 { font-size: 16px; margin: 24px 0 8px; }
+.meta { color: #444; margin: 4px 0; }
+.note { background: #fff6e0; border-left: 4px solid #E69F00; padding: 6px 10px; margin: 8px 0; }
+nav.toc { background: #f4f6f8; padding: 8px 16px; border-radius: 6px; display: inline-block; margin: 12px 0; }
+nav.toc ol { margin: 4px 0; padding-left: 20px; }
+table { border-collapse: collapse; margin: 8px 0 14px; font-size: 13px; }
+th, td { border: 1px solid #d0d7de; padding: 3px 8px; vertical-align: top; }
+th { background: #f4f6f8; text-align: left; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.best td { font-weight: bold; }
+tr.group-start td { border-top: 2px solid #9aa4ad; }
+.stale { color: #b42318; font-weight: bold; }
+.muted { color: #666; }
+figure { margin: 10px 0 18px; }
+figcaption { color: #555; font-size: 12px; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
+svg { max-width: 100%; height: auto; background: #fff; }
+svg text { fill: #1d1d1f; }
+@media print {
+  body { max-width: none; padding: 0; font-size: 11px; }
+  h2 { break-after: avoid; }
+  figure, table, .charts > svg { break-inside: avoid; }
+  nav.toc { display: none; }
+  a { color: inherit; text-decoration: none; }
+}
+"""
+
+
+def _table(table: Table) -> str:
+    def cell(tag: str, i: int, value: object) -> str:
+        return f'<{tag} class="num">{esc(value)}</{tag}>' if i in table.numeric else f"<{tag}>{esc(value)}</{tag}>"
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(table.headers))
+    body = []
+    for n, row in enumerate(table.rows):
+        cls = table.row_classes[n] if n < len(table.row_classes) else ""
+        body.append(f'<tr class="{cls}">' if cls else "<tr>")
+        body.append("".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def render_html(report: Report) -> str:
+    toc = "".join(f'<li><a href="#{key}">{esc(title)}</a></li>' for key, title in SECTIONS)
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>GPU rental provider comparison, {report.generated_at:%Y-%m-%d}</title>",
+           f"<style>{CSS}</style></head><body>",
+           "<header><h1>GPU rental: provider comparison</h1>",
+           f'<p class="meta">Generated {esc(when(report.generated_at))} by rentopt {esc(__version__)}. '
+           f"Prices from the {esc(report.label)}.</p>",
+           f'<p class="meta">Amounts in <strong>{esc(report.currency)}</strong>. Exchange rates: '
+           + "; ".join(esc(line) for line in _fx_lines(report)) + "</p>"]
+    out += [f'<p class="note">{esc(n)}</p>' for n in report.notes]
+    out.append(f'<nav class="toc"><strong>Contents</strong><ol>{toc}</ol></nav></header>')
+
+    out.append(f'<section id="freshness"><h2>{SECTIONS[0][1]}</h2>{_table(freshness_table(report))}</section>')
+
+    out.append(f'<section id="prices"><h2>{SECTIONS[1][1]}</h2><p>{esc(_prices_intro(report))}</p>')
+    if chart := price_chart(report):
+        out.append(f"<figure>{chart}<figcaption>The GPU models sold by the most providers; the table lists every "
+                   "model.</figcaption></figure>")
+    out.append(_table(price_table(report)))
+    out.append('<p class="muted">Bold: the cheapest on-demand provider for that GPU.</p></section>')
+
+    out.append(f'<section id="jobs"><h2>{SECTIONS[2][1]}</h2><p>{esc(_jobs_intro(report))}</p>')
+    for i, jobs in enumerate(report.jobs):
+        out.append(f"<h3>{esc(jobs.workload.label)}</h3>")
+        if jobs.workload.model.notes:
+            out.append(f'<p class="muted">{esc("; ".join(jobs.workload.model.notes))}</p>')
+        out.append(f"<figure>{job_chart(report, i, jobs)}</figure>")
+        if jobs.feasible:
+            out.append(_table(job_table(report, jobs)))
+        if jobs.infeasible:
+            items = "".join(f"<li><strong>{esc(r.provider)}</strong>: {esc(r.reason)}</li>" for r in jobs.infeasible)
+            out.append(f"<p>Cannot run it:</p><ul>{items}</ul>")
+    out.append("</section>")
+
+    out.append(f'<section id="history"><h2>{SECTIONS[3][1]}</h2>')
+    if report.history_note:
+        out.append(f"<p>{esc(report.history_note)}</p>")
+    history = history_table(report)
+    if history.rows:
+        out.append(f"<p>{esc(_history_intro(report))} Charts: the GPU models most providers sell; spot dashed.</p>")
+        out.append('<div class="charts">' + "".join(history_charts(report)) + "</div>")
+        out.append(_table(history))
+    elif not report.history_note:
+        out.append(f"<p>No stored snapshots in the last {esc(report.since_text)}.</p>")
+    out.append("<h3>Largest price moves since the previous refresh</h3>")
+    out.append(_table(moves_table(report)) if report.moves else f"<p>{esc(_no_moves(report))}</p>")
+    out.append("</section>")
+
+    out.append(f'<section id="notes"><h2>{SECTIONS[4][1]}</h2><ul>')
+    out += [f"<li>{esc(line)}</li>" for line in _method_lines(report)]
+    out.append("</ul></section></body></html>")
+    return "\n".join(out) + "\n"
+
+
+def render(report: Report, fmt: Format) -> str:
+    return render_html(report) if fmt == "html" else render_markdown(report)
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write the report file; a path that cannot be written is the user's to fix."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write the report to {path}: {exc.strerror or exc}; choose another -o path") from None

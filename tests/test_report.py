@@ -1,0 +1,491 @@
+"""`rentopt report`: the numbers match the store, both formats are complete and inert, the CLI.
+
+One price store is filled for the whole module by the real `rentopt refresh` over the recorded
+fixtures (every provider, replayed through an httpx.MockTransport), twice:
+
+- night 1 (8 days ago): the fixtures as recorded;
+- night 2 (1 day ago): Lambda raised its A10 price, cut its 8x H100 price and lists two hostile
+  rows (an offer id `<script>alert(1)</script>` that is the cheapest H100, and an unknown GPU named
+  `<img src=x onerror=alert(2)>`); Vast answers HTTP 500, so it is stale with its night-1 prices.
+
+So the store holds history, price moves, a stale provider with an error, unknown GPU names, CNY
+prices (the AutoDL sheet) and strings that would inject markup if a renderer forgot to escape.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+import providers.base as base
+from optimizer.cli import cli
+from optimizer.currency import FxTable
+from optimizer.errors import InputError
+from optimizer.offers_io import hour_price
+from optimizer.offers_io import money as unit_price
+from optimizer.refresh import run_refresh
+from optimizer.report import (
+    REFERENCE_WORKLOADS,
+    SECTIONS,
+    ReportRequest,
+    build_report,
+    interruptible_hour_price,
+    md,
+    nice_ticks,
+    parse_since,
+    parse_workload,
+    render_html,
+    render_markdown,
+)
+from optimizer.store import open_readonly
+from providers.base import HttpSettings, load_providers
+from tools.build_snapshot import find_route
+from tools.fixture_routes import load_manifest
+
+SCRIPT_ID = "<script>alert(1)</script>"
+EVIL_GPU = "<img src=x onerror=alert(2)>"
+NOW = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+NIGHT_1 = NOW - timedelta(days=8)
+NIGHT_2 = NOW - timedelta(days=1)
+EXTRA_WORKLOADS = ("405b lora 10d", "llama-3.1-8b qlora 2B")
+CNY_PER_USD = Decimal("7.2790")  # optimizer/data/fx.toml, the bundled default the report uses
+
+
+def lambda_night_2() -> bytes:
+    body = json.loads(load_manifest("lambda").routes[0].body())
+    data = body["data"]
+    data["gpu_1x_a10"]["instance_type"]["price_cents_per_hour"] = 85  # was 75
+    data["gpu_8x_h100_sxm5"]["instance_type"]["price_cents_per_hour"] = 2152  # was 2392
+    cheap_h100 = json.loads(json.dumps(data["gpu_1x_h100_sxm5"]))
+    cheap_h100["instance_type"].update(name=SCRIPT_ID, price_cents_per_hour=149)
+    data[SCRIPT_ID] = cheap_h100
+    unknown = json.loads(json.dumps(data["gpu_1x_a10"]))
+    unknown["instance_type"].update(name="gpu_1x_mystery", gpu_description=f"{EVIL_GPU} (48 GB)")
+    data["gpu_1x_mystery"] = unknown
+    return json.dumps(body).encode()
+
+
+def replay(overrides: dict[str, httpx.Response]) -> httpx.MockTransport:
+    """Every registered provider's recorded responses; `overrides` answers instead, by provider."""
+    registry, _ = load_providers()
+    hosts = []
+    for name, cls in sorted(registry.items()):
+        root = urlsplit(cls().base_url())
+        hosts.append((name, load_manifest(name), f"{root.scheme}://{root.netloc}"))
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        origin = f"{request.url.scheme}://{request.url.netloc.decode()}"
+        for name, manifest, api_origin in hosts:
+            route = find_route(manifest, request.method, origin, request.url.path, dict(request.url.params), api_origin)
+            if route is None:
+                continue
+            if name in overrides:
+                return overrides[name]
+            return httpx.Response(route.status, content=route.body(), headers={"Content-Type": "application/json"})
+        return httpx.Response(404, json={"error": f"no fixture for {request.url}"})
+
+    return httpx.MockTransport(handle)
+
+
+@pytest.fixture(scope="module")
+def filled_home(tmp_path_factory) -> Path:
+    """RENTOPT_HOME with a store refreshed twice (module docstring)."""
+    home = tmp_path_factory.mktemp("report-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RENTOPT_HOME", str(home))
+        for env in ("LAMBDA_API_KEY", "DATACRUNCH_CLIENT_ID", "DATACRUNCH_CLIENT_SECRET"):
+            mp.setenv(env, "test-credential")
+        fast = HttpSettings(retries=0, backoff_s=0)
+        original = base.fetch_all
+        mp.setattr(base, "fetch_all", functools.partial(original, fetched_at=NIGHT_1))
+        first = run_refresh(None, settings=fast, transport=replay({}))
+        assert first.exit_code == 0, [(r.provider, r.error) for r in first.results]
+        mp.setattr(base, "fetch_all", functools.partial(original, fetched_at=NIGHT_2))
+        second = run_refresh(None, settings=fast, transport=replay({
+            "lambda": httpx.Response(200, content=lambda_night_2(), headers={"Content-Type": "application/json"}),
+            "vast": httpx.Response(500, text="upstream exploded"),
+        }))
+        assert {r.provider: r.status for r in second.results}["vast"] == "failed"
+    return home
+
+
+@pytest.fixture
+def home(filled_home, monkeypatch) -> Path:
+    monkeypatch.setenv("RENTOPT_HOME", str(filled_home))
+    return filled_home
+
+
+@pytest.fixture(scope="module")
+def built(filled_home):
+    """The report over the filled store, built once, with both renderings."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RENTOPT_HOME", str(filled_home))
+        request = ReportRequest(workloads=tuple(parse_workload(w) for w in EXTRA_WORKLOADS))
+        report = build_report(request, FxTable.load())
+    return report, render_markdown(report), render_html(report)
+
+
+def store_offers(home: Path):
+    with open_readonly(home / "prices.sqlite") as store:  # type: ignore[union-attr]
+        return store.load_offers()
+
+
+def md_rows(text: str, first_cells: tuple[str, ...]) -> list[list[str]]:
+    """Cells of the Markdown table rows whose leading cells are `first_cells`."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("| "):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            if tuple(cells[: len(first_cells)]) == first_cells:
+                rows.append(cells)
+    return rows
+
+
+def section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    level = heading.split(" ")[0]
+    end = text.find(f"\n{level} ", start + len(heading))
+    return text[start:end if end > 0 else None]
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+
+
+def test_markdown_has_every_section_the_currency_and_the_rate(built):
+    _, text, _ = built
+    for _, title in SECTIONS:
+        assert f"\n## {title}\n" in text
+    assert "Amounts in **USD**" in text
+    assert "1 USD = 7.2790 CNY (as of 2025-02-28;" in text  # the AutoDL sheet is priced in CNY
+    assert "Prices from the price store " in text and "bundled" not in text.split("\n## ")[0]
+
+
+def test_cheapest_prices_match_the_offers_in_the_store(built, home):
+    _, text, _ = built
+    offers = store_offers(home)
+
+    def cheapest(provider: str, gpu: str) -> Decimal:
+        return min(hour_price(o) / o.gpus for o in offers
+                   if o.provider == provider and o.gpu == gpu and not o.spot and hour_price(o) is not None)
+
+    (h100,) = md_rows(text, ("H100-SXM-80GB", "80", "989.4 BF16", "lambda"))
+    assert h100[4] == unit_price(cheapest("lambda", "H100-SXM-80GB")) == "1.49"  # night 2's new offer
+    assert h100[8] == md(f"{SCRIPT_ID} (1-GPU node)")
+    (a10,) = md_rows(text, ("A10-24GB", "24", "125 BF16", "lambda"))
+    assert a10[4] == "0.85"  # night 2's price, not night 1's 0.75
+    assert a10[5] == "0.0354" and a10[6] == "0.00680"  # per GB-hour (24 GB), per TFLOPS-hour (125)
+    # CNY prices are converted with the rate shown.
+    (autodl,) = md_rows(text, ("RTX-3090-24GB", "24", "71 BF16", "sheet"))
+    assert autodl[4] == unit_price(cheapest("sheet", "RTX-3090-24GB") / CNY_PER_USD) == "0.1813"
+    assert autodl[8] == md("autodl/rtx3090-1x (1-GPU node, 1.32 CNY/GPU-h)")  # the price before conversion
+    # A price sold only by the month says so (JYGPU's 8x RTX 4090 node, 7920 CNY a month).
+    (jygpu,) = md_rows(text, ("RTX-4090-24GB", "24", "165.2 BF16", "sheet"))
+    assert jygpu[8] == md("jygpu/8x-rtx4090 (8-GPU node, 1.375 CNY/GPU-h, from a monthly price)")
+    (node,) = [o for o in offers if o.offer_id == "jygpu/8x-rtx4090"]
+    assert jygpu[4] == unit_price(Decimal(7920) / node.month_hours / 8 / CNY_PER_USD)  # the discounted month
+    # Spot: RunPod sells it as an option on the on-demand offer.
+    (runpod,) = md_rows(text, ("H100-SXM-80GB", "80", "989.4 BF16", "runpod"))
+    spot_prices = [interruptible_hour_price(o) for o in offers if o.provider == "runpod" and o.gpu == "H100-SXM-80GB"]
+    node_gpus = [o.gpus for o in offers if o.provider == "runpod" and o.gpu == "H100-SXM-80GB"]
+    spot = min(p / n for p, n in zip(spot_prices, node_gpus, strict=True) if p is not None)
+    assert runpod[7] == unit_price(spot) == "1.49"
+
+
+def test_freshness_names_the_stale_provider_its_error_and_unknown_gpus(built, home):
+    _, text, _ = built
+    fresh = section(text, "## Provider freshness")
+    (vast,) = md_rows(fresh, ("vast",))
+    assert vast[1:3] == ["price store", "25"] and vast[6] == "yes" and "server error HTTP 500" in vast[7]
+    assert vast[3] == NIGHT_1.strftime("%Y-%m-%d %H:%M UTC")  # its last good prices
+    (lam,) = md_rows(fresh, ("lambda",))
+    assert lam[6] == "no" and lam[3] == NIGHT_2.strftime("%Y-%m-%d %H:%M UTC") and lam[7] == "-"
+    assert md(EVIL_GPU) in lam[8]
+    # A price sheet dates each price by when it was checked: the oldest one is shown, not the refresh.
+    (sheet,) = md_rows(fresh, ("sheet",))
+    oldest = min(o.fetched_at for o in store_offers(home) if o.provider == "sheet")
+    assert oldest < NIGHT_2 and sheet[3] == oldest.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def test_every_workload_has_a_total_or_a_reason_per_provider(built):
+    report, text, _ = built
+    providers = ["aws", "azure", "datacrunch", "lambda", "runpod", "sheet", "vast"]
+    labels = ["7b QLoRA, 3 days", "13b LoRA, 10 days", "7b full fine-tune, 10 days", "70b LoRA, 14 days",
+              "405b LoRA, 10 days", "llama-3.1-8b QLoRA, 2B tokens"]
+    assert [j.workload.text for j in report.jobs] == [*REFERENCE_WORKLOADS, *EXTRA_WORKLOADS]
+    reasons = 0
+    for label in labels:
+        part = section(text, f"### {label}")
+        for p in providers:
+            rows = md_rows(part, (p,))
+            if rows:
+                (row,) = rows
+                assert re.fullmatch(r"[\d,]+\.\d\d USD", row[1]), row
+                items = sum(Decimal(c.replace(",", "")) for c in row[2:7])
+                assert abs(items - Decimal(row[1].removesuffix(" USD").replace(",", ""))) <= Decimal("0.05")
+            else:
+                assert re.search(rf"^- \*\*{p}\*\*: .+", part, re.M), (label, p)
+                reasons += 1
+    assert reasons >= 1  # 405B does not fit any AutoDL node
+    assert "- **sheet**: all 21 offers were rejected: 21 offers by memory" in section(text, "### 405b LoRA")
+    # The best plan per provider is the planner's: totals in the report equal the plans.
+    job = report.jobs[0]
+    row = next(r for r in job.rows if r.provider == "runpod")
+    assert md_rows(section(text, "### 7b QLoRA"), ("runpod",))[0][1] == f"{row.plan.total.quantize(Decimal('0.01')):,} USD"
+
+
+def test_history_and_the_largest_moves_come_from_the_snapshots(built):
+    report, text, _ = built
+    moves = section(text, "### Largest price moves")
+    (h100,) = md_rows(moves, ("lambda", "H100-SXM-80GB", "on-demand"))
+    assert h100[3:6] == ["2.99", "1.49", "-50.2 %"]  # 23.92/8 before; the 1.49 offer after
+    (a10,) = md_rows(moves, ("lambda", "A10-24GB", "on-demand"))
+    assert a10[3:6] == ["0.75", "0.85", "+13.3 %"]
+    assert not md_rows(moves, ("vast",))  # one snapshot only: nothing to compare
+    assert report.moves[0].gpu == "H100-SXM-80GB"  # the biggest move first
+    history = section(text, "## Price history")
+    (line,) = md_rows(history, ("H100-SXM-80GB", "lambda", "on-demand"))
+    assert line[4:] == ["2", "2.99", "1.49", "1.49", "2.99", "█▁"]
+    assert "H100-SXM-80GB" in report.chart_gpus
+
+
+def test_markdown_tables_keep_their_shape_and_provider_text_stays_inert(built):
+    _, text, _ = built
+    assert SCRIPT_ID not in text and EVIL_GPU not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    columns = None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            count = len(re.findall(r"(?<!\\)\|", line))
+            columns = columns if columns is not None else count
+            assert count == columns, line
+        else:
+            columns = None
+
+
+def test_md_escapes_pipes_newlines_markup_and_links():
+    assert md("a|b\nc") == "a\\|b c"
+    assert md("<b>x</b> [y](javascript:z) `q` *s*") == "&lt;b&gt;x&lt;/b&gt; \\[y\\](javascript:z) \\`q\\` \\*s\\*"
+    assert md("gpu_1x_a10") == "gpu_1x_a10" and md("_x_") == "\\_x\\_"
+
+
+def test_the_report_never_writes_the_store(home):
+    def state() -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(home.iterdir()) if p.is_file()}
+
+    before = state()
+    result = CliRunner().invoke(cli, ["report", "--providers", "lambda"])
+    assert result.exit_code == 0, result.output
+    assert state() == before
+
+
+# --------------------------------------------------------------------------------------------
+# HTML
+
+
+class Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    handle_startendtag = handle_starttag
+
+
+def svgs(page: str) -> list[ET.Element]:
+    return [ET.fromstring(m) for m in re.findall(r"<svg\b.*?</svg>", page, re.S)]
+
+
+def test_html_is_one_self_contained_file(built):
+    _, _, page = built
+    parser = Tags()
+    parser.feed(page)
+    names = {t for t, _ in parser.tags}
+    assert "script" not in names and "iframe" not in names and "object" not in names
+    for tag, attrs in parser.tags:
+        for attr in ("src", "href", "xlink:href", "action"):
+            value = attrs.get(attr)
+            if value is not None:
+                assert value.startswith("#"), (tag, attr, value)  # only in-page links (the contents)
+        if tag == "link":
+            pytest.fail(f"external resource link: {attrs}")
+    assert "@import" not in page and "url(" not in page
+    assert [a["href"] for t, a in parser.tags if t == "a"] == [f"#{key}" for key, _ in SECTIONS]
+    assert all(f'id="{key}"' in page for key, _ in SECTIONS)
+    assert "@media print" in page
+
+
+def test_every_chart_has_data_and_axis_labels_with_units(built):
+    report, _, page = built
+    charts = svgs(page)
+    ids = [c.get("id") for c in charts]
+    assert "chart-prices" in ids
+    assert sum(i.startswith("chart-job-") for i in ids) == len(report.jobs)
+    assert sum(i.startswith("chart-history-") for i in ids) >= 1
+    for chart in charts:
+        title = chart.find("title")
+        assert title is not None and title.text
+        bars = [r for r in chart.iter("rect") if r.get("class") == "bar" and float(r.get("width")) > 0]
+        lines = [p for p in chart.iter("path") if p.get("class") == "series" and p.get("d")]
+        points = [c for c in chart.iter("circle") if c.get("class") == "point"]
+        assert bars or lines or points, chart.get("id")
+        labels = [t.text or "" for t in chart.iter("text") if t.get("class") == "axis-label"]
+        assert labels and any("USD" in x for x in labels), (chart.get("id"), labels)
+        assert chart.find(".//g[@class='legend']") is not None and chart.find(".//g[@class='grid']") is not None
+    # Values on the price bars are the table's numbers.
+    prices = next(c for c in charts if c.get("id") == "chart-prices")
+    values = {t.text for t in prices.iter("text") if t.get("class") == "value"}
+    assert "1.49" in values and "2.39" in values  # lambda's and runpod's H100 SXM
+    history = [c for c in charts if c.get("id", "").startswith("chart-history-")]
+    assert any("(UTC)" in (t.text or "") for c in history for t in c.iter("text"))
+
+
+def test_provider_strings_appear_only_escaped_in_html(built):
+    _, _, page = built
+    assert SCRIPT_ID not in page and EVIL_GPU not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=alert(2)&gt;" in page
+    parser = Tags()
+    parser.feed(page)
+    assert not [t for t, _ in parser.tags if t in ("script", "img")]
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed (Debian/Ubuntu: sudo apt-get install -y chromium)")
+def test_the_html_renders_in_headless_chromium(built, tmp_path):
+    _, _, page = built
+    path = tmp_path / "report.html"
+    path.write_text(page, encoding="utf-8")
+    png = tmp_path / "report.png"
+    try:
+        subprocess.run(
+            [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1280,2000",
+             path.as_uri()],
+            capture_output=True, timeout=60, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("Chromium did not finish rendering the report within 60 s (a script or a fetch waiting?)")
+    assert png.exists(), "Chromium wrote no screenshot"
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1280, 2000)
+    assert len(data) > 50_000  # text, tables and charts; a blank page compresses to a few KB
+
+
+# --------------------------------------------------------------------------------------------
+# The bundled snapshot, inputs, and the CLI
+
+
+def test_without_a_store_the_report_uses_the_bundled_snapshot_and_says_so(rentopt_home):
+    result = CliRunner().invoke(cli, ["report", "--providers", "lambda,sheet"])
+    assert result.exit_code == 0, result.output
+    assert "Prices from the bundled snapshot of 2026-11-28" in result.output
+    (row,) = md_rows(section(result.output, "## Provider freshness"), ("lambda",))
+    assert row[1] == "bundled snapshot of 2026-11-28" and row[5:7] == ["-", "no"]
+    assert "History starts with the first `rentopt refresh`" in result.output
+    assert not rentopt_home.exists()
+
+
+@pytest.mark.parametrize("args, fmt", [
+    (["-o", "{dir}/team.html"], "html"),
+    (["-o", "{dir}/team.HTM"], "html"),
+    (["-o", "{dir}/team.md"], "markdown"),
+    (["-o", "{dir}/team.txt"], "markdown"),
+    (["--format", "html", "-o", "{dir}/team.md"], "html"),
+])
+def test_output_file_and_format_from_its_suffix(home, tmp_path, args, fmt):
+    args = [a.format(dir=tmp_path) for a in args]
+    result = CliRunner().invoke(cli, ["report", "--providers", "lambda", *args])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    text = Path(args[-1]).read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>" if fmt == "html" else "# GPU rental: provider comparison")
+
+
+def test_stdout_is_markdown_by_default_with_currency_and_fx_override(home):
+    result = CliRunner().invoke(cli, ["report", "--providers", "sheet", "--currency", "cny", "--fx", "CNY=7.0"])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert text.startswith("# GPU rental: provider comparison")
+    assert "Amounts in **CNY**" in text and "1 USD = 7.0 CNY (as of user override; --fx CNY=7.0)" in text
+    (row,) = md_rows(text, ("RTX-3090-24GB", "24", "71 BF16", "sheet"))
+    assert row[4] == "1.32"  # AutoDL's own CNY price: no round trip through USD
+    assert [r[0] for r in md_rows(section(text, "## Provider freshness"), ("sheet",))] == ["sheet"]
+    assert "| lambda |" not in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--since", "3x"], "--since '3x' is not a window such as 7d, 30d, 12w or 6m"),
+    (["--since", "0d"], "--since '0d' is not a window"),
+    (["--workload", "13b lora"], "--workload '13b lora' is not MODEL MODE DAYSd or MODEL MODE TOKENS"),
+    (["--workload", "13b sing 3d"], "mode 'sing' is not one of full, lora, qlora"),
+    (["--workload", "13b lora -3d"], "is not MODEL MODE DAYSd or MODEL MODE TOKENS"),
+    (["--workload", "zz-9000 lora 3d"], "--workload 'zz-9000 lora 3d': unknown model 'zz-9000'"),
+    (["--providers", "vats"], "unknown provider vats"),
+    (["--currency", "XYZ"], "unknown currency 'XYZ'"),
+    (["--fx", "CNY"], "--fx 'CNY' is not CODE=RATE"),
+])
+def test_bad_input_is_one_line_and_exit_2(home, args, message):
+    result = CliRunner().invoke(cli, ["report", *args])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
+
+
+def test_an_unwritable_output_path_is_one_line(home, tmp_path):
+    result = CliRunner().invoke(cli, ["report", "--providers", "lambda", "-o", str(tmp_path / "no" / "such" / "r.md")])
+    assert result.exit_code == 2
+    assert "cannot write the report to" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text, days", [("30d", 30), ("7D", 7), ("12w", 84), ("6m", 180), (" 1d ", 1)])
+def test_since_accepts_days_weeks_and_months(text, days):
+    assert parse_since(text) == timedelta(days=days)
+
+
+@pytest.mark.parametrize("text, days, tokens", [
+    ("llama-3.1-8b qlora 3d", Decimal(3), None),
+    ("7b full 2B", None, 2e9),
+    ("13b LoRA 1.5days", Decimal("1.5"), None),
+    ("7b lora 5e8", None, 5e8),
+    ("7b lora 500M", None, 5e8),
+])
+def test_workload_syntax(text, days, tokens):
+    w = parse_workload(text)
+    assert (w.days, w.tokens) == (days, tokens)
+
+
+def test_a_bad_workload_is_an_input_error():
+    with pytest.raises(InputError, match="mode 'inference' is not one of"):
+        parse_workload("7b inference 3d")
+
+
+def test_nice_ticks_cover_the_range():
+    for lo, hi in [(0, 7.3), (0, 0.004), (0.21, 0.29), (0, 14.2416), (1000, 39600)]:
+        ticks = nice_ticks(lo, hi)
+        assert ticks[0] <= lo and ticks[-1] >= hi and 3 <= len(ticks) <= 8
+        steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:])}
+        assert len(steps) == 1

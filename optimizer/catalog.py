@@ -15,19 +15,18 @@ pick a "cheapest" offer that may not exist any more, and `prices_as_of` would li
 from __future__ import annotations
 
 import gzip
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
 from optimizer.errors import InputError, StoreError
-from optimizer.models import Offer, Origin
+from optimizer.models import Offer, Origin, PlanRow, plan_row
 from optimizer.offers_io import hour_price, read_offers_file
 from optimizer.store import OfferQuery, open_readonly, store_path
 
@@ -66,19 +65,48 @@ class Provenance:
 
 @dataclass
 class OfferSet:
+    """Offers to plan with and where they came from.
+
+    A set loaded with `lazy=True` from the store holds planning rows instead of offers (`offers`
+    is empty): the planner ranks the rows and fetches the few full offers it needs with
+    `offers_by_key`. Every other set holds its offers.
+    """
+
     offers: list[Offer]
     origin: Origin
     provenance: dict[str, Provenance]
     prices_as_of: datetime | None  # the oldest fetched_at among `offers`
     label: str  # one line for the top of every output
     notes: list[str] = field(default_factory=list)
+    rows: list[PlanRow] | None = None  # lazy sets: the planning rows from the store
+    store: Path | None = None  # lazy sets: the store to fetch full offers from
+
+    def plan_rows(self) -> list[PlanRow]:
+        return self.rows if self.rows is not None else [plan_row(o) for o in self.offers]
+
+    def offers_by_key(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Offer]:
+        """Full offers for planning-row keys. For a lazy set, read from the store and checked
+        against the rows it ranked (a refresh in between is reported, never mixed in)."""
+        wanted = set(keys)
+        if self.rows is None:
+            return {o.key: o for o in self.offers if o.key in wanted}
+        store = open_readonly(self.store)
+        if store is None:
+            raise StoreError("the price store disappeared while quoting; run the quote again")
+        with store:
+            found = {o.key: o for o in store.load_offers_by_key(sorted(wanted))}
+        ranked = {r.key: r for r in self.rows if r.key in wanted}
+        if set(found) != wanted or any(plan_row(o) != ranked[k] for k, o in found.items()):
+            raise StoreError("prices changed while quoting (a refresh just finished); run the quote again")
+        return found
 
 
 def load_offers(providers: list[str] | None = None, offers_file: Path | None = None, *,
-                query: OfferQuery | None = None) -> OfferSet:
+                query: OfferQuery | None = None, lazy: bool = False) -> OfferSet:
     """The offers to plan with, from the first source that has any (see the module docstring).
 
     `providers` narrows to those providers; `query` filters further (in SQL for the store).
+    `lazy=True` returns a store-backed set as planning rows (see OfferSet); the quote uses it.
     """
     query = query or OfferQuery()
     if providers is not None:
@@ -91,6 +119,11 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
         with store:
             states = store.providers()
             if any(s.has_data for s in states):
+                if lazy and query.region is None and query.max_hour_price is None:
+                    rows = store.load_plan_rows(query)
+                    found = _from_store(store.path, states, [], query, requested, oldest=_oldest_row(rows))
+                    found.rows, found.store = rows, store.path
+                    return found
                 offers = store.load_offers(query)
                 return _from_store(store.path, states, offers, query, requested)
     return _from_bundled(query, requested)
@@ -115,7 +148,7 @@ def _from_offers_file(path: Path, query: OfferQuery, requested: list[str] | None
 
 
 def _from_store(path: Path, states: Sequence, offers: list[Offer], query: OfferQuery,
-                requested: list[str] | None) -> OfferSet:
+                requested: list[str] | None, oldest: datetime | None = None) -> OfferSet:
     present = {s.name for s in states if s.has_data}
     bundled_names = _bundled_names()
     _check_known(requested, present | bundled_names, "the price store")
@@ -132,7 +165,7 @@ def _from_store(path: Path, states: Sequence, offers: list[Offer], query: OfferQ
     if missing := sorted(wanted - present):
         notes.append(f"no prices in the price store yet from {', '.join(missing)}: run `rentopt refresh "
                      f"--providers {','.join(missing)}` (bundled prices are not mixed with refreshed ones)")
-    oldest = _oldest(offers)
+    oldest = oldest or _oldest(offers)
     label = f"price store {path}" + (f", prices as of {_when(oldest)}" if oldest else "")
     if any(p.stale for p in provenance.values()):
         label += " (some stale: see notes)"
@@ -164,11 +197,17 @@ def _check_known(requested: list[str] | None, present: set[str], where: str) -> 
     """A provider name that is neither registered nor in the data is a typo: say so."""
     if not requested:
         return
+    from importlib.metadata import entry_points  # only when a provider is named (~20 ms to import)
+
     registered = {ep.name for ep in entry_points(group="rentopt.providers")}
     unknown = [n for n in requested if n not in registered and n not in present]
     if unknown:
         known = ", ".join(sorted(registered | present))
         raise InputError(f"unknown provider {', '.join(unknown)} (not registered and not in {where}); known providers: {known}")
+
+
+def _oldest_row(rows: Sequence[PlanRow]) -> datetime | None:
+    return datetime.fromisoformat(min(r.fetched_at for r in rows)) if rows else None
 
 
 def _oldest(offers: Sequence[Offer]) -> datetime | None:

@@ -276,7 +276,7 @@ def quote_command(days: Any, tokens: float | None, providers: str | None, offers
         keep_checkpoints=keep_checkpoints, data_gb=data_gb, deadline_days=deadline_days, budget=budget,
         top=top, spot=spot, checkpoint_every_hours=checkpoint_every, measured_peak_gb=measured_peak_gb, pins=pins,
     )
-    offers = load_offers(_comma_list(providers), offers_file)
+    offers = load_offers(_comma_list(providers), offers_file, lazy=True)
     quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
     if fmt == "json":
         click.echo(quote_json(quote))

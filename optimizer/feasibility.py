@@ -84,7 +84,6 @@ class NodeShape:
     gpus_per_node: int
     nodes: int = 1
     interconnect: Interconnect = "unknown"
-    interconnect_gbps: float | None = None
     fabric: Fabric | None = None
     fabric_gbps: float | None = None
     memory_gb: float | None = None  # the offer's per-GPU memory when it differs from the catalog

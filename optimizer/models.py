@@ -9,10 +9,10 @@ Conventions:
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -414,6 +414,74 @@ class Offer(BaseModel):
 
     def options(self, interruptible: bool) -> list[PriceOption]:
         return [p for p in self.price_options if p.interruptible == interruptible]
+
+
+class PlanRow(NamedTuple):
+    """What the planner's first, rough pass needs of an offer, in plain numbers.
+
+    The store keeps one per offer, so a 100,000-offer quote can rank offers without decoding
+    them; only the few that survive the planner's dominance pass are loaded as full Offers.
+    Prices here are floats in the offer's currency and only ever rank offers: every amount a
+    plan bills comes from the full Offer's Decimals. None means unknown.
+    """
+
+    provider: str
+    offer_id: str
+    gpu: str | None
+    gpu_raw: str
+    gpu_status: str
+    gpus: int
+    gpu_memory_gb: float
+    interconnect: str
+    fabric: str | None
+    fabric_gbps: float | None
+    nodes_available: int
+    host_ram_gb: float | None
+    spot: bool
+    currency: str
+    hourly: float | None  # cheapest on-demand hourly price
+    hourly_spot: float | None  # cheapest interruptible hourly price
+    blocks: bool  # on-demand prepaid units (day/week/month/term) exist
+    blocks_spot: bool
+    storage_gb_month: float | None
+    storage_stopped_gb_month: float | None
+    egress_gb: float | None
+    ingress_gb: float | None
+    net_up_mbps: float | None
+    net_down_mbps: float | None
+    billing_granularity_s: int
+    billing_minimum_s: int
+    month_hours: int
+    max_duration_hours: float | None
+    fetched_at: str  # ISO 8601
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.provider, self.offer_id)
+
+
+def plan_row(o: Offer) -> PlanRow:
+    """The planning row of an offer (see PlanRow)."""
+    hourly: dict[bool, float] = {}
+    blocks: set[bool] = set()
+    for p in o.price_options:
+        if p.unit == PriceUnit.HOUR:
+            amount = float(p.amount)
+            if amount < hourly.get(p.interruptible, float("inf")):
+                hourly[p.interruptible] = amount
+        else:
+            blocks.add(p.interruptible)
+
+    def f(x: Decimal | None) -> float | None:
+        return None if x is None else float(x)
+
+    return PlanRow(
+        o.provider, o.offer_id, o.gpu, o.gpu_raw, o.gpu_status, o.gpus, o.gpu_memory_gb, o.interconnect,
+        o.fabric, o.fabric_gbps, o.nodes_available, o.host_ram_gb, o.spot, o.currency, hourly.get(False),
+        hourly.get(True), False in blocks, True in blocks, f(o.storage_gb_month), f(o.stopped_storage_price),
+        f(o.egress_gb), f(o.ingress_gb), o.net_up_mbps, o.net_down_mbps, o.billing_granularity_s,
+        o.billing_minimum_s, o.month_hours, o.max_duration_hours, o.fetched_at.astimezone(timezone.utc).isoformat(),
+    )
 
 
 # --------------------------------------------------------------------------------------------

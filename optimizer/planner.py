@@ -38,6 +38,7 @@ from optimizer.catalog import OfferSet
 from optimizer.currency import FxTable
 from optimizer.errors import NoFeasiblePlan
 from optimizer.feasibility import Fit, NodeShape, NoFit, Pins, find_layout
+from optimizer.gc_pause import gc_paused
 from optimizer.hardware import get_gpu
 from optimizer.memory import estimate
 from optimizer.models import (
@@ -46,6 +47,7 @@ from optimizer.models import (
     ModelSpec,
     Offer,
     Plan,
+    PlanRow,
     PlanStage,
     PriceSource,
     Quote,
@@ -120,7 +122,7 @@ class _Prepared:
 @dataclass
 class _Built:
     instance: PlanInstance
-    rejected: list[tuple[Offer, str, str]]  # (offer, constraint, reason); Rejection objects on demand
+    rejected: list[tuple[PlanRow, str, str]]  # (offer, constraint, reason); Rejection objects on demand
     offers: dict[str, Offer]  # by candidate id
     layouts: dict[str, Any]  # candidate id -> Layout
     time_ranges: dict[str, tuple[Decimal, Decimal]]
@@ -164,9 +166,9 @@ def _prepare(req: QuoteRequest) -> _Prepared:
     )
 
 
-def _shape(offer: Offer, gpu: GpuSpec, nodes: int, host_ram_gb: float | None) -> NodeShape:
-    return NodeShape(gpu=gpu, gpus_per_node=offer.gpus, nodes=nodes, interconnect=offer.interconnect,
-                     interconnect_gbps=offer.interconnect_gbps, fabric=offer.fabric, fabric_gbps=offer.fabric_gbps,
+def _shape(offer: PlanRow, gpu: GpuSpec, nodes: int, host_ram_gb: float | None) -> NodeShape:
+    return NodeShape(gpu=gpu, gpus_per_node=offer.gpus, nodes=nodes, interconnect=offer.interconnect,  # type: ignore[arg-type]
+                     fabric=offer.fabric, fabric_gbps=offer.fabric_gbps,  # type: ignore[arg-type]
                      memory_gb=offer.gpu_memory_gb, host_ram_gb=host_ram_gb)
 
 
@@ -175,7 +177,7 @@ def _hours(x: float | Decimal) -> Decimal:
     return Decimal(str(x)).quantize(Decimal("0.000001"), rounding=ROUND_CEILING)
 
 
-def _spot_factor(offer: Offer, every: Decimal) -> tuple[Decimal, str]:
+def _spot_factor(offer: Offer | PlanRow, every: Decimal) -> tuple[Decimal, str]:
     cls = PROVIDER_CLASS.get(offer.provider, "marketplace")
     rate = PREEMPTIONS_PER_HOUR[cls]
     lost = every / 2 + RESTART_HOURS
@@ -190,7 +192,7 @@ class _Row:
     """One way to use an offer in one stage, priced roughly in floats for the dominance pass."""
 
     stage: str  # "v" or "t"
-    offer: Offer
+    offer: PlanRow
     gpu: GpuSpec
     fit: Fit
     nodes: int
@@ -221,9 +223,10 @@ class _Planner:
         self._fits: dict[tuple, Fit | NoFit] = {}
         self._time: dict[tuple, Any] = {}
         self._rate: dict[str, float] = {}
-        self.rejected: list[tuple[Offer, str, str]] = []
+        self.rejected: list[tuple[PlanRow, str, str]] = []
+        self.row_count = 0
 
-    def layout(self, setup: TrainingSetup, offer: Offer, gpu: GpuSpec, nodes: int, key: tuple) -> Fit | NoFit:
+    def layout(self, setup: TrainingSetup, offer: PlanRow, gpu: GpuSpec, nodes: int, key: tuple) -> Fit | NoFit:
         """The layout for a node shape, memoised: a 10,000-offer catalog has a few hundred shapes."""
         found = self._fits.get(key)
         if found is None:
@@ -261,23 +264,26 @@ class _Planner:
         import_gb, export_gb, destroy_gb = float(prep.import_gb), float(prep.export_gb), float(prep.destroy_gb)
         disk, vdisk = float(prep.disk_gb), float(prep.validate_disk_gb)
         validate_h = float(req.validate_hours) if req.validate_hours is not None else None
-        for o in self.offer_set.offers:
+        plan_rows = self.offer_set.plan_rows()
+        self.row_count = len(plan_rows)
+        for o in plan_rows:
             if o.gpu is None:
                 self.rejected.append((o, "gpu", f"GPU {o.gpu_raw!r} is {o.gpu_status} in the catalog: its memory "
                                                 "and speed cannot be checked (kept, not guessed)"))
                 continue
-            hourly, has_blocks = _hourly_by_kind(o)
-            kinds = [k for k in ((False, True) if req.spot else (False,)) if k in hourly or k in has_blocks]
+            hourly = {False: o.hourly, True: o.hourly_spot}
+            has_blocks = {False: o.blocks, True: o.blocks_spot}
+            kinds = [k for k in ((False, True) if req.spot else (False,)) if hourly[k] is not None or has_blocks[k]]
             if not kinds:
                 self.rejected.append((o, "price", "spot-only offer: add --spot to consider interruptible prices"
                                       if o.spot else "no price option of the requested kind"))
                 continue
             gpu = get_gpu(o.gpu)
-            okey = (o.provider, o.offer_id)
+            okey = o.key
             f = self.rate(o.currency)
-            storage = float(o.storage_gb_month or 0) * f / o.month_hours
-            stopped = float(o.stopped_storage_price or 0) * f / o.month_hours
-            egress, ingress = float(o.egress_gb or 0) * f, float(o.ingress_gb or 0) * f
+            storage = (o.storage_gb_month or 0.0) * f / o.month_hours
+            stopped = (o.storage_stopped_gb_month or 0.0) * f / o.month_hours
+            egress, ingress = (o.egress_gb or 0.0) * f, (o.ingress_gb or 0.0) * f
             import_h = import_gb * 8000 / (o.net_down_mbps or DEFAULT_MBPS) / 3600
             export_h = export_gb * 8000 / (o.net_up_mbps or DEFAULT_MBPS) / 3600
             key = (o.gpu, o.gpus, o.interconnect, o.fabric, o.fabric_gbps, _memory_key(o, gpu), _ram_key(o.host_ram_gb))
@@ -289,7 +295,7 @@ class _Planner:
                     hours = validate_h + import_h
                     if hours <= max_h:
                         for spot in kinds:
-                            compute, exact = _rough_compute(o, hourly.get(spot), spot in has_blocks, 1, hours, f)
+                            compute, exact = _rough_compute(o, hourly[spot], has_blocks[spot], 1, hours, f)
                             out.append(_Row("v", o, gpu, fit, 1, spot, hours,
                                             compute + storage * vdisk * hours + ingress * import_gb,
                                             destroy=egress * destroy_gb, stop=stopped * vdisk * idle_h,
@@ -310,7 +316,7 @@ class _Planner:
                         self.rejected.append((o, "max_duration", f"needs {hours:.1f} h of rental; the host allows at "
                                                                  f"most {o.max_duration_hours:.1f} h"))
                         continue
-                    compute, exact = _rough_compute(o, hourly.get(spot), spot in has_blocks, nodes, hours, f)
+                    compute, exact = _rough_compute(o, hourly[spot], has_blocks[spot], nodes, hours, f)
                     out.append(_Row(
                         "t", o, gpu, fit, nodes, spot, hours,
                         compute + storage * disk * nodes * hours + ingress * import_gb * nodes + egress * export_gb,
@@ -400,6 +406,7 @@ class _Planner:
     def build(self) -> _Built:
         req, prep, fx, ccy = self.req, self.prep, self.fx, self.req.currency
         rows = self.prune(self.rows())
+        full = self.offer_set.offers_by_key({r.key for r in rows})
         validate: list[Candidate] = []
         train: list[Candidate] = []
         offers: dict[str, Offer] = {}
@@ -409,7 +416,7 @@ class _Planner:
         idle_hours = req.idle_days * 24
         rates_cache: dict[tuple[str, str], Any] = {}
         for r in rows:
-            o = r.offer
+            o = full[r.key]
             rates = rates_cache.get(o.key)
             if rates is None:
                 rates = rates_cache[o.key] = offer_rates(o, fx, ccy)
@@ -498,21 +505,7 @@ def _undominated(rows: list[_Row], saving, on_drop, *, cost=lambda r: r.cost, bo
     return kept
 
 
-def _hourly_by_kind(o: Offer) -> tuple[dict[bool, float], set[bool]]:
-    """Cheapest hourly price per interruptibility, and which kinds also sell prepaid blocks."""
-    hourly: dict[bool, float] = {}
-    blocks: set[bool] = set()
-    for p in o.price_options:
-        if p.unit == "hour":
-            a = float(p.amount)
-            if a < hourly.get(p.interruptible, math.inf):
-                hourly[p.interruptible] = a
-        else:
-            blocks.add(p.interruptible)
-    return hourly, blocks
-
-
-def _rough_compute(o: Offer, hourly: float | None, blocks: bool, nodes: int, hours: float,
+def _rough_compute(o: PlanRow, hourly: float | None, blocks: bool, nodes: int, hours: float,
                    f: float) -> tuple[float, bool]:
     """Metered cost of `hours` at the hourly price, in floats. Exact (up to float error) when the
     offer sells only hourly time; with prepaid blocks the row is flagged inexact (never pruned)."""
@@ -526,7 +519,7 @@ def _rough_compute(o: Offer, hourly: float | None, blocks: bool, nodes: int, hou
     return hourly * f * nodes * billed / 3600, not blocks
 
 
-def _memory_key(o: Offer, gpu: GpuSpec) -> float | None:
+def _memory_key(o: PlanRow, gpu: GpuSpec) -> float | None:
     """The offer's memory only matters when it exceeds the catalog's (a modded card)."""
     return round(o.gpu_memory_gb, 1) if o.gpu_memory_gb > gpu.memory_gb * 1.1 else None
 
@@ -583,9 +576,10 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
 
     fx.rate(req.currency)  # an unknown quote currency is an input error before any work
     planner = _Planner(req, offers, fx)
-    built = planner.build()
+    with gc_paused():
+        built = planner.build()
     if not built.instance.train:
-        raise _no_candidates(built, req, len(offers.offers))
+        raise _no_candidates(built, req, planner.row_count)
     try:
         decisions = solve(built.instance, top_k=req.top)
     except NoFeasiblePlan as exc:

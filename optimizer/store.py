@@ -23,13 +23,12 @@ with the row that records it; a shipped migration is never edited, a fix is a ne
 
 from __future__ import annotations
 
-import gc
 import json
 import shlex
 import sqlite3
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -39,7 +38,8 @@ from pathlib import Path
 from pydantic import TypeAdapter, ValidationError
 
 from optimizer.errors import StoreError
-from optimizer.models import Offer
+from optimizer.gc_pause import gc_paused
+from optimizer.models import Offer, PlanRow, plan_row
 from optimizer.paths import rentopt_home
 from optimizer.redact import redact
 from optimizer.offers_io import hour_price
@@ -343,6 +343,21 @@ def m001_initial(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m002_plan_rows(db: sqlite3.Connection) -> None:
+    """Each offer's planning row (models.PlanRow), so quotes rank 100k offers without decoding them."""
+    db.execute("ALTER TABLE offers ADD COLUMN plan TEXT")
+    rows = db.execute("SELECT provider, offer_id, offer FROM offers").fetchall()
+    db.executemany(
+        "UPDATE offers SET plan = ? WHERE provider = ? AND offer_id = ?",
+        [(_plan_json(Offer.model_validate_json(text)), provider, offer_id) for provider, offer_id, text in rows],
+    )
+
+
+def _plan_json(offer: Offer) -> str:
+    return json.dumps(plan_row(offer), separators=(",", ":"))
+
+
 def applied_migrations(db: sqlite3.Connection) -> list[str]:
     exists = db.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (MIGRATIONS_TABLE,)
@@ -595,6 +610,38 @@ class Store:
             return offers  # every other condition is exact in SQL
         return [o for o in offers if query.matches(o)]
 
+    def load_plan_rows(self, query: OfferQuery | None = None) -> list[PlanRow]:
+        """The planning rows of the current offers matching `query` (no region/price filters:
+        those need the full offer), ordered like `load_offers`."""
+        query = query or OfferQuery()
+        if query.max_hour_price is not None or query.region is not None:
+            raise ValueError("planning rows are filtered by provider, GPU, count, memory, spot and currency only")
+        where, args = query.sql()
+        with _sql_errors(self.path):
+            rows = self.db.execute(f"SELECT plan FROM offers{where} ORDER BY provider, offer_id", args).fetchall()
+        try:
+            return [PlanRow(*json.loads(r[0])) for r in rows]
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"the price store {self.path} holds a planning row this rentopt cannot read "
+                             f"({type(exc).__name__}). {way_out(self.path)}") from None
+
+    def load_offers_by_key(self, keys: Iterable[tuple[str, str]]) -> list[Offer]:
+        """The full current offers for (provider, offer_id) keys; missing keys are skipped."""
+        keys = list(keys)
+        texts: list[str] = []
+        with _sql_errors(self.path):
+            for i in range(0, len(keys), 400):  # SQLite's default limit on bound parameters is 32766
+                chunk = keys[i:i + 400]
+                marks = " OR ".join(["(provider = ? AND offer_id = ?)"] * len(chunk))
+                args = [v for k in chunk for v in k]
+                texts += [r[0] for r in self.db.execute(f"SELECT offer FROM offers WHERE {marks}", args)]
+        if not texts:
+            return []
+        try:
+            return _OFFER_LIST.validate_json("[" + ",".join(texts) + "]")
+        except ValidationError as exc:
+            raise StoreError(f"the price store {self.path} holds an offer this rentopt cannot read ({exc.errors()[0]['msg']}). {way_out(self.path)}") from None
+
     def price_history(self, gpu: str, provider: str | None = None, since: datetime | None = None,
                       *, gpus: int | None = None, spot: bool | None = None) -> list[HistoryPoint]:
         """Min/median price per GPU-hour of `gpu` per snapshot, oldest first: one indexed query."""
@@ -652,7 +699,7 @@ class Store:
                 raise ValueError(f"offer {o.offer_id} belongs to {o.provider!r}, not {provider!r}")
         now_ts = timestamp(now or datetime.now(timezone.utc))
         fetched_ts = timestamp(fetched_at)
-        with _gc_paused():  # building 50k rows: the cyclic GC would rescan every live offer
+        with gc_paused():  # building 50k rows: the cyclic GC would rescan every live offer
             prices = [hour_price(o) for o in offers]
             rows = [_offer_row(o, p, secrets) for o, p in zip(offers, prices, strict=True)]
             history = _history_rows(offers, prices)
@@ -677,7 +724,7 @@ class Store:
             self.db.execute("DELETE FROM offers WHERE provider = ?", (provider,))
             self.db.executemany(
                 "INSERT INTO offers (provider, offer_id, snapshot_id, gpu, gpus, gpu_memory_gb, spot, region,"
-                " currency, hour_price_micros, prices, offer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " currency, hour_price_micros, prices, offer, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(provider, r[0], snapshot_id, *r[1:]) for r in rows],
             )
             by_id = {r[0]: r for r in rows}
@@ -733,25 +780,8 @@ def _offer_row(offer: Offer, price: Decimal | None, secrets: Sequence[str]) -> t
     return (
         offer.offer_id, offer.gpu, offer.gpus, offer.gpu_memory_gb, int(offer.spot), offer.region,
         offer.currency, to_micros(price) if price is not None else None,
-        redact(price_fingerprint(offer, text), secrets), redact(text, secrets),
+        redact(price_fingerprint(offer, text), secrets), redact(text, secrets), redact(_plan_json(offer), secrets),
     )
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building a big snapshot's rows.
-
-    With tens of thousands of live offers, each automatic full collection rescans all of them;
-    pausing it while the rows are built saved 5-25 % of a 50k-offer write here. (Pausing it
-    while *loading* only moves the same work to the next collection, so loads do not.)
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _history_rows(offers: Sequence[Offer], prices: Sequence[Decimal | None]) -> list[tuple]:

@@ -11,7 +11,7 @@ import pytest
 
 from optimizer import store
 from optimizer.errors import StoreError
-from optimizer.models import Offer, PriceOption, PriceUnit
+from optimizer.models import Offer, PriceOption, PriceUnit, plan_row
 from optimizer.store import OfferQuery, open_readonly, open_writable
 
 T0 = datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
@@ -48,7 +48,7 @@ EXPECTED_COLUMNS = {
                   "last_error_at"],
     "snapshots": ["id", "provider", "fetched_at", "stored_at", "source", "offers_count", "summary"],
     "offers": ["provider", "offer_id", "snapshot_id", "gpu", "gpus", "gpu_memory_gb", "spot", "region", "currency",
-               "hour_price_micros", "prices", "offer"],
+               "hour_price_micros", "prices", "offer", "plan"],
     "price_history": ["snapshot_id", "provider", "fetched_at", "gpu", "gpus", "spot", "currency", "offers",
                       "min_gpu_hour", "median_gpu_hour"],
     "offer_prices": ["provider", "offer_id", "snapshot_id", "fetched_at", "previous_prices", "prices"],
@@ -80,29 +80,31 @@ def test_reopening_applies_nothing_twice(db_path):
 
 
 def test_a_failing_migration_rolls_back_and_stays_pending(db_path):
-    def m002_add_notes(db):
+    shipped = [m.__name__ for m in store.MIGRATIONS]
+
+    def m900_add_notes(db):
         db.execute("CREATE TABLE notes (text TEXT)")
         db.execute("INSERT INTO notes VALUES ('half done')")
         raise RuntimeError("disk on fire")
 
-    with pytest.raises(StoreError, match="m002_add_notes.*disk on fire.*mv "):
-        open_writable(db_path, migrations=[store.m001_initial, m002_add_notes])
+    with pytest.raises(StoreError, match="m900_add_notes.*disk on fire.*mv "):
+        open_writable(db_path, migrations=[*store.MIGRATIONS, m900_add_notes])
     db = sqlite3.connect(db_path)
     assert db.execute("SELECT name FROM sqlite_master WHERE name = 'notes'").fetchone() is None
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
-    assert store.applied_migrations(db) == ["m001_initial"]
+    assert db.execute("PRAGMA user_version").fetchone()[0] == len(shipped)
+    assert store.applied_migrations(db) == shipped
     db.close()
 
     calls = []
 
-    def m002_add_notes(db):  # noqa: F811 - the fixed version of the same migration
+    def m900_add_notes(db):  # noqa: F811 - the fixed version of the same migration
         calls.append(1)
         db.execute("CREATE TABLE notes (text TEXT)")
 
-    with open_writable(db_path, migrations=[store.m001_initial, m002_add_notes]) as s:
-        assert store.applied_migrations(s.db) == ["m001_initial", "m002_add_notes"]
-        assert s.db.execute("PRAGMA user_version").fetchone()[0] == 2
-    open_writable(db_path, migrations=[store.m001_initial, m002_add_notes]).close()
+    with open_writable(db_path, migrations=[*store.MIGRATIONS, m900_add_notes]) as s:
+        assert store.applied_migrations(s.db) == [*shipped, "m900_add_notes"]
+        assert s.db.execute("PRAGMA user_version").fetchone()[0] == len(shipped) + 1
+    open_writable(db_path, migrations=[*store.MIGRATIONS, m900_add_notes]).close()
     assert calls == [1]  # applied exactly once
 
 
@@ -117,17 +119,37 @@ def test_a_failing_first_migration_leaves_a_blank_file_not_a_foreign_one(db_path
 
 
 def test_upgrade_keeps_data(db_path):
-    with open_writable(db_path, migrations=[store.m001_initial]) as s:
+    with open_writable(db_path) as s:
         s.write_snapshot("alpha", [make_offer("a1"), make_offer("a2", price="20")], fetched_at=T0)
 
-    def m002_offer_notes(db):
+    def m900_offer_notes(db):
         db.execute("ALTER TABLE offers ADD COLUMN note TEXT")
 
-    with open_writable(db_path, migrations=[store.m001_initial, m002_offer_notes]) as s:
+    with open_writable(db_path, migrations=[*store.MIGRATIONS, m900_offer_notes]) as s:
         assert [r[1] for r in s.db.execute("PRAGMA table_info(offers)")][-1] == "note"
         assert [o.offer_id for o in s.load_offers()] == ["a1", "a2"]
         assert s.providers()[0].offers_count == 2
         assert len(s.price_history("H100-SXM-80GB")) == 1
+
+
+def test_m002_backfills_planning_rows_of_a_version_1_store(db_path):
+    """A store written before planning rows existed: the upgrade computes them from the offers."""
+    offers = [make_offer("a1"), make_offer("a2", price="20")]
+    db = sqlite3.connect(db_path, isolation_level=None)
+    store.migrate(db, db_path, [store.m001_initial])
+    db.execute("INSERT INTO providers (name) VALUES ('alpha')")
+    db.execute("INSERT INTO snapshots (id, provider, fetched_at, stored_at, source, offers_count, summary)"
+               " VALUES (1, 'alpha', 't', 't', 's', 2, '{}')")
+    for o in offers:
+        db.execute("INSERT INTO offers (provider, offer_id, snapshot_id, gpu, gpus, gpu_memory_gb, spot, region,"
+                   " currency, hour_price_micros, prices, offer) VALUES (?, ?, 1, ?, ?, ?, 0, NULL, ?, NULL, '', ?)",
+                   (o.provider, o.offer_id, o.gpu, o.gpus, o.gpu_memory_gb, o.currency, o.model_dump_json()))
+    db.close()
+    with pytest.raises(StoreError, match="older rentopt"):
+        open_readonly(db_path)
+    with open_writable(db_path) as s:
+        assert s.load_plan_rows() == [plan_row(o) for o in offers]
+        assert [o.offer_id for o in s.load_offers_by_key([("alpha", "a2")])] == ["a2"]
 
 
 def test_migration_names_are_unique():
@@ -241,18 +263,18 @@ def test_an_empty_file_counts_as_no_store_and_refresh_may_initialise_it(db_path)
     assert open_readonly(db_path) is None
     assert db_path.read_bytes() == b""
     with open_writable(db_path) as s:
-        assert store.applied_migrations(s.db) == ["m001_initial"]
+        assert store.applied_migrations(s.db) == [m.__name__ for m in store.MIGRATIONS]
 
 
 def test_read_only_open_of_an_older_store_asks_for_a_refresh(db_path):
     open_writable(db_path).close()
     before = snapshot_bytes(db_path)
 
-    def m002_more(db):
+    def m900_more(db):
         db.execute("CREATE TABLE more (x)")
 
     with pytest.raises(StoreError, match="older rentopt; run `rentopt refresh`"):
-        open_readonly(db_path, migrations=[store.m001_initial, m002_more])
+        open_readonly(db_path, migrations=[*store.MIGRATIONS, m900_more])
     assert snapshot_bytes(db_path) == before
 
 

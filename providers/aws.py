@@ -328,6 +328,16 @@ def _gp3_price(products: dict[str, Any], on_demand_terms: dict[str, Any], region
     return None
 
 
+def memory_gb(text: Any) -> float | None:
+    """The price list's instance `memory` ("1152 GiB", "16 GiB") in GB; None if unreadable.
+
+    >>> memory_gb("1152 GiB"), memory_gb("NA")
+    (1237.0, None)
+    """
+    m = re.match(r"^\s*([\d.,]+)\s*GiB\s*$", str(text or ""))
+    return round(float(m.group(1).replace(",", "")) * 2**30 / 1e9, 1) if m else None
+
+
 def _common_fields(family: Family, instance_type: str, gpus: int, attrs: dict[str, Any], region: str,
                    storage: Decimal | None, source: str) -> dict[str, Any]:
     gbps = network_gbps(attrs.get("networkPerformance"))
@@ -341,6 +351,7 @@ def _common_fields(family: Family, instance_type: str, gpus: int, attrs: dict[st
     return {
         "gpu_raw": family.gpu_raw,
         "gpu_memory_gb": family.memory_gb,
+        "host_ram_gb": memory_gb(attrs.get("memory")),
         "gpus": gpus,
         "interconnect": family.interconnect,
         "interconnect_gbps": family.interconnect_gbps,

@@ -162,9 +162,17 @@ def parse_instance_type(ctx: FetchContext, row: dict[str, Any], storage: Decimal
         spot=on_demand is None and spot is not None,
         price_options=options,
         storage_gb_month=storage,
+        host_ram_gb=_host_ram_gb(row),
         source=ctx.url("instance-types"),
         extra=_extra(row),
     )
+
+
+def _host_ram_gb(row: dict[str, Any]) -> float | None:
+    """`memory.size_in_gigabytes`: the instance's RAM (datacrunch-python test fixtures)."""
+    part = row.get("memory")
+    size = to_decimal(part.get("size_in_gigabytes")) if isinstance(part, dict) else None
+    return float(size) if size is not None else None
 
 
 def gpu_name(row: dict[str, Any]) -> str:

@@ -108,6 +108,7 @@ def parse_entry(ctx: FetchContext, name: str, entry: dict[str, Any]) -> Offer | 
         storage_gb_month=FILESYSTEM_GB_MONTH,
         egress_gb=TRANSFER_GB,
         ingress_gb=TRANSFER_GB,
+        host_ram_gb=round(float(specs["memory_gib"]) * 2**30 / 1e9, 1) if _is_number(specs.get("memory_gib")) else None,
         source=ctx.url("instance-types"),
         extra={
             "capacity": regions,
@@ -117,6 +118,10 @@ def parse_entry(ctx: FetchContext, name: str, entry: dict[str, Any]) -> Offer | 
             "cpu_arch": "arm64" if _ARM_HOST.match(description) else "x86_64",
         },
     )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def parse_gpu_description(description: str) -> tuple[str | None, float | None, str | None]:

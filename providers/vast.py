@@ -133,6 +133,7 @@ def parse_offer(ctx: FetchContext, row: dict[str, Any]) -> Offer | None:
         net_up_mbps=_positive_float(row.get("inet_up")),
         net_down_mbps=_positive_float(row.get("inet_down")),
         max_duration_hours=duration_s / 3600 if duration_s else None,
+        host_ram_gb=host_ram_share_gb(row),
         source=ctx.url("bundles/"),
         extra=_extra(row),
     )
@@ -174,6 +175,21 @@ def gpu_memory_gb(gpu_ram_mb: Any) -> float | None:
     """
     mb = _positive_float(gpu_ram_mb)
     return round(mb / 1024, 1) if mb else None
+
+
+def host_ram_share_gb(row: dict[str, Any]) -> float | None:
+    """The RAM this offer gets: the host's `cpu_ram` (MB) x its share of the CPU cores, the way
+    gpuhunt reads it; None when the share is unknown (the whole host's RAM would overstate it).
+
+    >>> host_ram_share_gb({"cpu_ram": 128000, "cpu_cores": 32, "cpu_cores_effective": 8.0})
+    32.0
+    >>> host_ram_share_gb({"cpu_ram": 128000, "cpu_cores": None}) is None
+    True
+    """
+    ram, cores, mine = (_positive_float(row.get(k)) for k in ("cpu_ram", "cpu_cores", "cpu_cores_effective"))
+    if ram is None or cores is None or mine is None:
+        return None
+    return round(ram / 1000 * min(1.0, mine / cores), 1)
 
 
 def _extra(row: dict[str, Any]) -> dict[str, Any]:

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from decimal import Decimal
 
 import httpx
-import pytest
 import respx
 
 from providers.aws import FAMILIES, AwsProvider, network_gbps
-from providers.base import FetchContext, HttpSettings, fetch_one
-from tools.fixture_routes import FIXTURES, install_respx, load_manifest
+from tests.providers.helpers import fetch, fetch_recorded, recorded_at, recorded_fixtures
+from tools.fixture_routes import FIXTURES
 
-FAST = HttpSettings(retries=2, backoff_s=0)
-RECORDED = load_manifest("aws").recorded_at
+RECORDED = recorded_at("aws")
 ROOT = "https://pricing.us-east-1.amazonaws.com"
 EAST_URL = f"{ROOT}/offers/v1.0/aws/AmazonEC2/current/us-east-1/index.json"
 WEST_URL = f"{ROOT}/offers/v1.0/aws/AmazonEC2/current/us-west-2/index.json"
@@ -25,32 +22,7 @@ EAST = json.loads((FIXTURES / "aws" / "us-east-1_index.json").read_text())
 WEST = json.loads((FIXTURES / "aws" / "us-west-2_index.json").read_text())
 SPOT = json.loads((FIXTURES / "aws" / "spot.json").read_text())
 
-
-def fetch(settings: HttpSettings = FAST):
-    async def go():
-        async with httpx.AsyncClient() as client:
-            return await fetch_one(AwsProvider(), client, settings, RECORDED)
-
-    return asyncio.run(go())
-
-
-def fetch_recorded():
-    with respx.mock(assert_all_called=False) as router:
-        routes = install_respx(router, AwsProvider)
-        outcome = fetch()
-    return outcome, routes
-
-
-@pytest.fixture(scope="module")
-def recorded():
-    outcome, _ = fetch_recorded()
-    assert outcome.status == "ok", outcome.error
-    return outcome
-
-
-@pytest.fixture(scope="module")
-def offers(recorded):
-    return {o.offer_id: o for o in recorded.offers}
+recorded, offers = recorded_fixtures(AwsProvider)
 
 
 def hourly(offer) -> list[Decimal]:
@@ -134,7 +106,7 @@ def test_network_performance_parsing():
 
 
 def test_one_file_per_default_region_and_the_spot_feed_without_credentials():
-    outcome, routes = fetch_recorded()
+    outcome, routes = fetch_recorded(AwsProvider)
     assert outcome.status == "ok" and outcome.requests == 3
     for name in ("us-east-1_index.json", "us-west-2_index.json", "spot.json"):
         request = routes[name].calls.last.request
@@ -144,14 +116,14 @@ def test_one_file_per_default_region_and_the_spot_feed_without_credentials():
 
 def test_regions_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("RENTOPT_AWS_REGIONS", "us-west-2")
-    outcome, routes = fetch_recorded()
+    outcome, routes = fetch_recorded(AwsProvider, assert_all_called=False)
     assert outcome.status == "ok" and routes["us-east-1_index.json"].call_count == 0
     assert {o.region for o in outcome.offers} == {"us-west-2"} and len(outcome.offers) == 6
 
 
 def test_a_bad_region_name_fails_before_any_download(monkeypatch):
     monkeypatch.setenv("RENTOPT_AWS_REGIONS", "us-east-1,Virginia")
-    outcome, routes = fetch_recorded()
+    outcome, routes = fetch_recorded(AwsProvider, assert_all_called=False)
     assert outcome.status == "failed" and outcome.requests == 0
     assert "RENTOPT_AWS_REGIONS" in outcome.error and "'Virginia'" in outcome.error
 
@@ -160,23 +132,21 @@ def test_an_unknown_region_names_the_region_and_the_variable(monkeypatch):
     monkeypatch.setenv("RENTOPT_AWS_REGIONS", "us-east-9")
     with respx.mock(assert_all_called=False) as router:
         router.get(f"{ROOT}/offers/v1.0/aws/AmazonEC2/current/us-east-9/index.json").respond(403, text="AccessDenied")
-        outcome = fetch()
+        outcome = fetch(AwsProvider)
     assert outcome.status == "failed"
     assert outcome.error.startswith("price list for us-east-9: HTTP 403") and "RENTOPT_AWS_REGIONS" in outcome.error
 
 
 def test_spot_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("RENTOPT_AWS_SPOT", "0")
-    outcome, routes = fetch_recorded()
+    outcome, routes = fetch_recorded(AwsProvider, assert_all_called=False)
     assert outcome.status == "ok" and routes["spot.json"].call_count == 0
     assert not any(o.spot for o in outcome.offers) and len(outcome.offers) == 20
 
 
 def test_base_url_override_is_honoured(monkeypatch):
     monkeypatch.setenv("RENTOPT_AWS_BASE_URL", "https://pricing-mirror.example")
-    with respx.mock(assert_all_called=False) as router:
-        install_respx(router, AwsProvider, base_url="https://pricing-mirror.example")
-        outcome = fetch()
+    outcome, _ = fetch_recorded(AwsProvider, base_url="https://pricing-mirror.example")
     assert outcome.status == "ok" and len(outcome.offers) == 28
     assert outcome.offers[0].source.startswith("https://pricing-mirror.example/offers/v1.0/aws/AmazonEC2/")
 
@@ -184,7 +154,7 @@ def test_base_url_override_is_honoured(monkeypatch):
 # -- failure modes -----------------------------------------------------------------------------
 
 
-def fetch_with(*east, spot=None, settings: HttpSettings = FAST):
+def fetch_with(*east, spot=None):
     """us-east-1 answers `east` in turn; us-west-2 and the spot feed answer normally."""
     with respx.mock(assert_all_called=False) as router:
         route = router.get(EAST_URL)
@@ -192,41 +162,16 @@ def fetch_with(*east, spot=None, settings: HttpSettings = FAST):
         router.get(WEST_URL).respond(200, json=WEST)
         spot_route = router.get(SPOT_URL)
         spot_route.side_effect = list(spot or [httpx.Response(200, json=SPOT)])
-        outcome = fetch(settings)
+        outcome = fetch(AwsProvider)
     return outcome, route
 
 
-def test_429_waits_for_retry_after_then_succeeds(monkeypatch):
-    waits: list[float] = []
-
-    async def record(self, seconds):
-        waits.append(seconds)
-
-    monkeypatch.setattr(FetchContext, "sleep", record)
-    outcome, route = fetch_with(httpx.Response(429, headers={"Retry-After": "2"}), httpx.Response(200, json=EAST))
-    assert outcome.status == "ok" and len(outcome.offers) == 28
-    assert waits == [2.0] and route.call_count == 2
-
-
-def test_500_is_retried_then_fails_naming_the_region():
+def test_a_failed_region_file_names_the_region():
+    # The retries themselves are tested for every provider in test_http_failures.py.
     outcome, route = fetch_with(*[httpx.Response(500)] * 3)
     assert outcome.status == "failed" and outcome.offers is None
     assert outcome.error == "price list for us-east-1: server error HTTP 500 after 3 attempts"
     assert route.call_count == 3
-
-
-def test_timeout_fails_after_retries():
-    outcome, route = fetch_with(*[httpx.ConnectTimeout("slow")] * 3)
-    assert outcome.status == "failed" and "timed out after 3 attempts" in outcome.error
-    assert route.call_count == 3
-
-
-@pytest.mark.parametrize("content", [b"<Error><Code>AccessDenied</Code></Error>",
-                                     (FIXTURES / "aws" / "us-east-1_index.json").read_bytes()[:20000]],
-                         ids=["xml", "truncated"])
-def test_a_body_that_is_not_json_rejects_the_response(content):
-    outcome, _ = fetch_with(httpx.Response(200, content=content))
-    assert outcome.status == "failed" and "not valid JSON" in outcome.error
 
 
 def test_a_product_without_attributes_rejects_the_whole_file():

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from decimal import Decimal
+from functools import partial
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -19,41 +19,17 @@ from providers.azure import (
     build_filter,
     duplicate_reason,
 )
-from providers.base import FetchContext, HttpSettings, fetch_one
-from tools.fixture_routes import FIXTURES, install_respx, load_manifest
+from tests.providers.helpers import fetch, fetch_answering, fetch_recorded, recorded_at, recorded_fixtures
+from tools.fixture_routes import FIXTURES
 
-FAST = HttpSettings(retries=2, backoff_s=0)
-RECORDED = load_manifest("azure").recorded_at
+RECORDED = recorded_at("azure")
 PRICES_URL = "https://prices.azure.com/api/retail/prices"
 PAGE1 = json.loads((FIXTURES / "azure" / "prices_page1.json").read_text())
 PAGE2 = json.loads((FIXTURES / "azure" / "prices_page2.json").read_text())
 
-
-def fetch(settings: HttpSettings = FAST):
-    async def go():
-        async with httpx.AsyncClient() as client:
-            return await fetch_one(AzureProvider(), client, settings, RECORDED)
-
-    return asyncio.run(go())
-
-
-def fetch_recorded():
-    with respx.mock() as router:
-        routes = install_respx(router, AzureProvider)
-        outcome = fetch()
-    return outcome, routes
-
-
-@pytest.fixture(scope="module")
-def recorded():
-    outcome, _ = fetch_recorded()
-    assert outcome.status == "ok", outcome.error
-    return outcome
-
-
-@pytest.fixture(scope="module")
-def offers(recorded):
-    return {o.offer_id: o for o in recorded.offers}
+recorded, offers = recorded_fixtures(AzureProvider)
+# Every page request answered with the given responses (or errors) in turn.
+fetch_with = partial(fetch_answering, AzureProvider, "GET", PRICES_URL)
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -166,7 +142,7 @@ def test_duplicate_rows_are_recognised(product, sku, kind, reason):
 
 
 def test_walk_follows_next_page_link_with_the_filter_and_no_key():
-    outcome, routes = fetch_recorded()
+    outcome, routes = fetch_recorded(AzureProvider)
     assert outcome.status == "ok" and outcome.requests == 2
     first = routes["prices_page1.json"].calls.last.request
     query = parse_qs(urlsplit(str(first.url)).query)
@@ -191,14 +167,14 @@ def test_regions_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("RENTOPT_AZURE_REGIONS", "swedencentral, eastus2")
     with respx.mock() as router:
         route = router.get(PRICES_URL).respond(200, json={**PAGE2, "Items": PAGE2["Items"][:4]})
-        fetch()
+        fetch(AzureProvider)
     sent = parse_qs(urlsplit(str(route.calls.last.request.url)).query)["$filter"][0]
     assert sent.startswith("(armRegionName eq 'swedencentral' or armRegionName eq 'eastus2')")
 
 
 def test_a_bad_region_list_fails_with_the_variable_named(monkeypatch):
     monkeypatch.setenv("RENTOPT_AZURE_REGIONS", "East US")
-    outcome = fetch()
+    outcome = fetch(AzureProvider)
     assert outcome.status == "failed"
     assert "RENTOPT_AZURE_REGIONS" in outcome.error and "'East US'" in outcome.error
 
@@ -208,66 +184,20 @@ def test_pagination_is_bounded(monkeypatch):
     looping = {**PAGE1, "NextPageLink": "https://prices.azure.com:443/api/retail/prices?$skip=1000"}
     with respx.mock() as router:
         route = router.get(PRICES_URL).respond(200, json=looping)
-        outcome = fetch()
+        outcome = fetch(AzureProvider)
     assert outcome.status == "failed" and "still paging after 3 pages" in outcome.error
     assert route.call_count == 3
 
 
 def test_base_url_override_is_honoured_for_every_page(monkeypatch):
     monkeypatch.setenv("RENTOPT_AZURE_BASE_URL", "https://azure-mirror.example/")
-    with respx.mock() as router:
-        routes = install_respx(router, AzureProvider, base_url="https://azure-mirror.example")
-        outcome = fetch()
+    outcome, routes = fetch_recorded(AzureProvider, base_url="https://azure-mirror.example")
     assert outcome.status == "ok" and len(outcome.offers) == 27
     assert routes["prices_page2.json"].call_count == 1  # NextPageLink rebased onto the mirror
     assert {o.source for o in outcome.offers} == {"https://azure-mirror.example/api/retail/prices"}
 
 
 # -- failure modes -----------------------------------------------------------------------------
-
-
-def fetch_with(*responses, settings: HttpSettings = FAST):
-    with respx.mock() as router:
-        route = router.get(PRICES_URL)
-        route.side_effect = list(responses)
-        outcome = fetch(settings)
-    return outcome, route
-
-
-def last_page() -> httpx.Response:
-    return httpx.Response(200, json={**PAGE1, "NextPageLink": None})
-
-
-def test_429_waits_for_retry_after_then_succeeds(monkeypatch):
-    waits: list[float] = []
-
-    async def record(self, seconds):
-        waits.append(seconds)
-
-    monkeypatch.setattr(FetchContext, "sleep", record)
-    outcome, route = fetch_with(httpx.Response(429, headers={"Retry-After": "3"}), last_page())
-    assert outcome.status == "ok" and len(outcome.offers) == 15
-    assert waits == [3.0] and route.call_count == 2
-
-
-def test_500_is_retried_then_fails():
-    outcome, route = fetch_with(*[httpx.Response(500)] * 3)
-    assert outcome.status == "failed" and outcome.error == "server error HTTP 500 after 3 attempts"
-    assert route.call_count == 3
-
-
-def test_timeout_fails_after_retries():
-    outcome, route = fetch_with(*[httpx.ConnectTimeout("slow")] * 3)
-    assert outcome.status == "failed" and "timed out after 3 attempts" in outcome.error
-    assert route.call_count == 3
-
-
-@pytest.mark.parametrize("content", [b"<html>Service Unavailable</html>",
-                                     (FIXTURES / "azure" / "prices_page1.json").read_bytes()[:3000]],
-                         ids=["html", "truncated"])
-def test_a_body_that_is_not_json_rejects_the_response(content):
-    outcome, _ = fetch_with(httpx.Response(200, content=content))
-    assert outcome.status == "failed" and "not valid JSON" in outcome.error
 
 
 def test_a_row_missing_a_required_field_rejects_the_whole_response():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import ssl
 import json
 import logging
 from decimal import Decimal
@@ -12,15 +10,11 @@ import httpx
 import pytest
 import respx
 
-from providers.base import FetchContext, HttpSettings, fetch_one
 from providers.datacrunch import DataCrunchProvider
-from tools.fixture_routes import FIXTURES, install_respx, load_manifest
+from tests.providers.helpers import fetch, fetch_recorded, recorded_at, recorded_fixtures
+from tools.fixture_routes import FIXTURES
 
-# respx answers every request, so no TLS happens; one shared context spares each test the
-# ~30 ms (more on a loaded machine) that httpx spends building a fresh one per client.
-TLS = ssl.create_default_context()
-FAST = HttpSettings(retries=2, backoff_s=0)
-RECORDED = load_manifest("datacrunch").recorded_at
+RECORDED = recorded_at("datacrunch")
 ROOT = "https://api.datacrunch.io/v1"
 TOKEN = json.loads((FIXTURES / "datacrunch" / "token.json").read_text())["access_token"]
 INSTANCE_TYPES = json.loads((FIXTURES / "datacrunch" / "instance_types.json").read_text())
@@ -38,32 +32,11 @@ def credentials(monkeypatch):
     monkeypatch.setenv("DATACRUNCH_CLIENT_SECRET", SECRET)
 
 
-def fetch():
-    async def go():
-        async with httpx.AsyncClient(verify=TLS) as client:
-            return await fetch_one(DataCrunchProvider(), client, FAST, RECORDED)
-
-    return asyncio.run(go())
+recorded, offers = recorded_fixtures(DataCrunchProvider, scope="function", needs=("credentials",))
 
 
-def fetch_recorded(base_url: str | None = None):
-    with respx.mock() as router:
-        routes = install_respx(router, DataCrunchProvider, base_url=base_url)
-        outcome = fetch()
-        calls = list(router.calls)
-    return outcome, routes, calls
-
-
-@pytest.fixture
-def recorded(credentials):
-    outcome, _, _ = fetch_recorded()
-    assert outcome.status == "ok", outcome.error
-    return outcome
-
-
-@pytest.fixture
-def offers(recorded):
-    return {o.offer_id: o for o in recorded.offers}
+def requests_sent(routes) -> list[httpx.Request]:
+    return [call.request for route in routes.values() for call in route.calls]
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -141,13 +114,13 @@ def test_missing_credentials_skip_the_provider_naming_both_variables(monkeypatch
         monkeypatch.setenv(name, "x")
     with respx.mock(assert_all_called=False) as router:
         token = router.post(f"{ROOT}/oauth2/token")
-        outcome = fetch()
+        outcome = fetch(DataCrunchProvider)
     assert outcome.status == "skipped" and not token.called
     assert "DATACRUNCH_CLIENT_ID" in outcome.error and "DATACRUNCH_CLIENT_SECRET" in outcome.error
 
 
 def test_client_credentials_login_then_bearer_requests(credentials):
-    outcome, routes, calls = fetch_recorded()
+    outcome, routes = fetch_recorded(DataCrunchProvider)
     assert outcome.status == "ok" and outcome.requests == 3
     token_request = routes["token.json"].calls.last.request
     assert token_request.method == "POST"
@@ -157,16 +130,16 @@ def test_client_credentials_login_then_bearer_requests(credentials):
     for name in ("instance_types.json", "volume_types.json"):
         request = routes[name].calls.last.request
         assert request.method == "GET" and request.headers["authorization"] == f"Bearer {TOKEN}"
-    for call in calls:
-        assert SECRET not in call.request.headers.get("authorization", "")
-        assert call.request.url.host == "api.datacrunch.io"  # the token goes nowhere else
+    for request in requests_sent(routes):
+        assert SECRET not in request.headers.get("authorization", "")
+        assert request.url.host == "api.datacrunch.io"  # the token goes nowhere else
 
 
 def test_base_url_override_is_honoured(credentials, monkeypatch):
     monkeypatch.setenv("RENTOPT_DATACRUNCH_BASE_URL", "https://verda-proxy.example/v1")
-    outcome, _, calls = fetch_recorded(base_url="https://verda-proxy.example")
+    outcome, routes = fetch_recorded(DataCrunchProvider, base_url="https://verda-proxy.example")
     assert outcome.status == "ok" and len(outcome.offers) == EXPECTED_OFFERS
-    assert {c.request.url.host for c in calls} == {"verda-proxy.example"}
+    assert {request.url.host for request in requests_sent(routes)} == {"verda-proxy.example"}
 
 
 # -- failure modes -----------------------------------------------------------------------------
@@ -185,7 +158,7 @@ def fetch_with(token=None, types=None, volumes=None):
                     "volumes": httpx.Response(200, json=VOLUME_TYPES)}
         for key, given in (("token", token), ("types", types), ("volumes", volumes)):
             routes[key].side_effect = given if isinstance(given, list) else [given or defaults[key]]
-        outcome = fetch()
+        outcome = fetch(DataCrunchProvider)
     return outcome, routes
 
 
@@ -205,30 +178,13 @@ def test_a_token_reply_without_a_token_is_a_schema_error(credentials):
     assert outcome.status == "failed" and "no access_token" in outcome.error
 
 
-def test_429_waits_then_succeeds(credentials, monkeypatch):
-    waits: list[float] = []
-
-    async def record(self, seconds):
-        waits.append(seconds)
-
-    monkeypatch.setattr(FetchContext, "sleep", record)
-    outcome, routes = fetch_with(types=[httpx.Response(429, headers={"Retry-After": "3"}),
-                                        httpx.Response(200, json=INSTANCE_TYPES)])
-    assert outcome.status == "ok" and waits == [3.0] and routes["types"].call_count == 2
-
-
-def test_500_and_timeouts_fail_after_retries(credentials):
+def test_a_server_error_after_a_good_login_fails_the_provider(credentials):
+    # The shared cases in test_http_failures.py fail every request, so only the login there.
     outcome, routes = fetch_with(types=[httpx.Response(502)] * 3)
-    assert outcome.status == "failed" and routes["types"].call_count == 3 and "HTTP 502" in outcome.error
-    outcome, _ = fetch_with(token=[httpx.ConnectTimeout("slow")] * 3)
-    assert outcome.status == "failed" and "timed out" in outcome.error
-
-
-@pytest.mark.parametrize("content", [b"<!doctype html>", json.dumps(INSTANCE_TYPES).encode()[:1234]],
-                         ids=["html", "truncated"])
-def test_malformed_bodies_are_rejected(credentials, content):
-    outcome, _ = fetch_with(types=httpx.Response(200, content=content))
-    assert outcome.status == "failed" and "not valid JSON" in outcome.error
+    assert outcome.status == "failed" and outcome.offers is None
+    assert outcome.error == "server error HTTP 502 after 3 attempts"
+    assert routes["token"].call_count == 1 and routes["types"].call_count == 3
+    assert not routes["volumes"].called
 
 
 def test_a_row_missing_a_required_field_rejects_the_whole_response(credentials):

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-import ssl
 import json
 import logging
 from decimal import Decimal
+from functools import partial
 
 import httpx
 import pytest
 import respx
 
-from providers.base import FetchContext, HttpSettings, fetch_one
 from providers.lambdalabs import LambdaProvider
-from tools.fixture_routes import FIXTURES, install_respx, load_manifest
+from tests.providers.helpers import fetch, fetch_answering, fetch_recorded, recorded_at, recorded_fixtures
+from tools.fixture_routes import FIXTURES
 
-# respx answers every request, so no TLS happens; one shared context spares each test the
-# ~30 ms (more on a loaded machine) that httpx spends building a fresh one per client.
-TLS = ssl.create_default_context()
-FAST = HttpSettings(retries=2, backoff_s=0)
-RECORDED = load_manifest("lambda").recorded_at
+RECORDED = recorded_at("lambda")
 TYPES_URL = "https://cloud.lambda.ai/api/v1/instance-types"
 INSTANCE_TYPES = json.loads((FIXTURES / "lambda" / "instance_types.json").read_text())
 KEY = "secret_lambda-test-key"
@@ -32,31 +27,9 @@ def lambda_key(monkeypatch):
     return KEY
 
 
-def fetch():
-    async def go():
-        async with httpx.AsyncClient(verify=TLS) as client:
-            return await fetch_one(LambdaProvider(), client, FAST, RECORDED)
-
-    return asyncio.run(go())
-
-
-def fetch_recorded():
-    with respx.mock() as router:
-        routes = install_respx(router, LambdaProvider)
-        outcome = fetch()
-    return outcome, routes["instance_types.json"]
-
-
-@pytest.fixture
-def recorded(lambda_key):
-    outcome, _ = fetch_recorded()
-    assert outcome.status == "ok", outcome.error
-    return outcome
-
-
-@pytest.fixture
-def offers(recorded):
-    return {o.offer_id: o for o in recorded.offers}
+recorded, offers = recorded_fixtures(LambdaProvider, scope="function", needs=("lambda_key",))
+# The instance-types endpoint answered with the given responses (or errors) in turn.
+fetch_with = partial(fetch_answering, LambdaProvider, "GET", TYPES_URL)
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -137,38 +110,28 @@ def test_every_price_is_decimal_and_every_offer_is_sourced(recorded):
 def test_without_a_key_the_provider_is_skipped_with_the_variable_named():
     with respx.mock(assert_all_called=False) as router:
         route = router.get(TYPES_URL)
-        outcome = fetch()
+        outcome = fetch(LambdaProvider)
     assert outcome.status == "skipped" and "LAMBDA_API_KEY" in outcome.error
     assert not route.called
 
 
 def test_get_with_a_bearer_key(lambda_key):
-    outcome, route = fetch_recorded()
+    outcome, routes = fetch_recorded(LambdaProvider)
     assert outcome.status == "ok" and outcome.requests == 1
-    request = route.calls.last.request
+    request = routes["instance_types.json"].calls.last.request
     assert request.method == "GET" and str(request.url) == TYPES_URL
     assert request.headers["authorization"] == f"Bearer {KEY}"
 
 
 def test_base_url_override_is_honoured(lambda_key, monkeypatch):
     monkeypatch.setenv("RENTOPT_LAMBDA_BASE_URL", "https://cloud.lambdalabs.com/api/v1")
-    with respx.mock() as router:
-        routes = install_respx(router, LambdaProvider, base_url="https://cloud.lambdalabs.com")
-        outcome = fetch()
+    outcome, routes = fetch_recorded(LambdaProvider, base_url="https://cloud.lambdalabs.com")
     assert outcome.status == "ok" and len(outcome.offers) == 17
     # the override host is now the provider's own host, so the key goes there
     assert routes["instance_types.json"].calls.last.request.headers["authorization"] == f"Bearer {KEY}"
 
 
 # -- failure modes -----------------------------------------------------------------------------
-
-
-def fetch_with(*responses):
-    with respx.mock() as router:
-        route = router.get(TYPES_URL)
-        route.side_effect = list(responses)
-        outcome = fetch()
-    return outcome, route
 
 
 def test_401_names_the_variable_and_never_the_key(lambda_key, caplog):
@@ -184,31 +147,6 @@ def test_an_error_body_with_status_200_is_rejected(lambda_key):
     outcome, _ = fetch_with(httpx.Response(200, json=body))
     assert outcome.status == "failed"
     assert "no 'data' object: API key was invalid" in outcome.error
-
-
-def test_429_waits_then_succeeds(lambda_key, monkeypatch):
-    waits: list[float] = []
-
-    async def record(self, seconds):
-        waits.append(seconds)
-
-    monkeypatch.setattr(FetchContext, "sleep", record)
-    outcome, route = fetch_with(httpx.Response(429, headers={"Retry-After": "1"}),
-                                httpx.Response(200, json=INSTANCE_TYPES))
-    assert outcome.status == "ok" and waits == [1.0] and route.call_count == 2
-
-
-def test_500_and_timeouts_fail_after_retries(lambda_key):
-    outcome, route = fetch_with(*[httpx.Response(500)] * 3)
-    assert outcome.status == "failed" and route.call_count == 3 and "HTTP 500" in outcome.error
-    outcome, route = fetch_with(*[httpx.ReadTimeout("slow")] * 3)
-    assert outcome.status == "failed" and "timed out" in outcome.error
-
-
-@pytest.mark.parametrize("content", [b"", json.dumps(INSTANCE_TYPES).encode()[:-40]], ids=["empty", "truncated"])
-def test_malformed_bodies_are_rejected(lambda_key, content):
-    outcome, _ = fetch_with(httpx.Response(200, content=content))
-    assert outcome.status == "failed" and "not valid JSON" in outcome.error
 
 
 def test_a_type_missing_its_price_field_rejects_the_whole_response(lambda_key):

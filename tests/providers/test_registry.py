@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 import textwrap
 from importlib.metadata import entry_points
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 import respx
 
 from providers.base import (
     ENTRY_POINT_GROUP,
-    HttpSettings,
     Provider,
     fetch_all,
-    fetch_one,
     get_providers,
     load_providers,
     provider_names,
@@ -27,36 +23,15 @@ from providers.datacrunch import DataCrunchProvider
 from providers.lambdalabs import LambdaProvider
 from providers.runpod import RunpodProvider
 from providers.vast import VastProvider
+from tests.providers.helpers import FAST, credential_envs, fetch, replays_http
 from tools.fixture_routes import FIXTURES, install_respx, load_manifest
 
 TESTS = Path(__file__).resolve().parent
-# respx answers every request, so no TLS happens; one shared context spares each test the
-# ~30 ms (more on a loaded machine) that httpx spends building a fresh one per client.
-TLS = ssl.create_default_context()
-FAST = HttpSettings(retries=1, backoff_s=0)
 NAMES = provider_names()
 
 
 def registry() -> dict[str, type[Provider]]:
     return load_providers()[0]
-
-
-def credential_envs(cls: type[Provider]) -> tuple[str, ...]:
-    """Every variable a provider reads credentials from (DataCrunch needs two)."""
-    return tuple(getattr(cls, "credential_envs", None) or ((cls.key_env,) if cls.key_env else ()))
-
-
-def fetch(provider: Provider):
-    async def go():
-        async with httpx.AsyncClient(verify=TLS) as client:
-            return await fetch_one(provider, client, FAST)
-
-    return asyncio.run(go())
-
-
-def replays_http(name: str) -> bool:
-    path = FIXTURES / name / "routes.json"
-    return path.exists() and bool(load_manifest(name).routes)
 
 
 def test_the_builtin_plugins_load_without_errors():

@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 import json
 import logging
 from decimal import Decimal
+from functools import partial
 
 import httpx
-import pytest
-import respx
 
 from optimizer.models import PriceUnit
-from providers.base import FetchContext, HttpSettings, fetch_one
+from providers.base import FetchContext
 from providers.runpod import RunpodProvider, parse_gpu_type
-from tools.fixture_routes import FIXTURES, install_respx, load_manifest
+from tests.providers.helpers import FAST, TLS, fetch_answering, fetch_recorded, recorded_at, recorded_fixtures
+from tools.fixture_routes import FIXTURES
 
-# respx answers every request, so no TLS happens; one shared context spares each test the
-# ~30 ms (more on a loaded machine) that httpx spends building a fresh one per client.
-TLS = ssl.create_default_context()
-FAST = HttpSettings(retries=2, backoff_s=0)
-RECORDED = load_manifest("runpod").recorded_at
+RECORDED = recorded_at("runpod")
 GRAPHQL_URL = "https://api.runpod.io/graphql"
 GPU_TYPES = json.loads((FIXTURES / "runpod" / "gpu_types.json").read_text())
 
@@ -29,32 +24,9 @@ GPU_TYPES = json.loads((FIXTURES / "runpod" / "gpu_types.json").read_text())
 # (108 pods); the all-null V100 type is one skip.
 EXPECTED_OFFERS = 108
 
-
-def fetch(settings: HttpSettings = FAST):
-    async def go():
-        async with httpx.AsyncClient(verify=TLS) as client:
-            return await fetch_one(RunpodProvider(), client, settings, RECORDED)
-
-    return asyncio.run(go())
-
-
-def fetch_recorded():
-    with respx.mock() as router:
-        routes = install_respx(router, RunpodProvider)
-        outcome = fetch()
-    return outcome, routes["gpu_types.json"]
-
-
-@pytest.fixture(scope="module")
-def recorded():
-    outcome, _ = fetch_recorded()
-    assert outcome.status == "ok", outcome.error
-    return outcome
-
-
-@pytest.fixture(scope="module")
-def offers(recorded):
-    return {o.offer_id: o for o in recorded.offers}
+recorded, offers = recorded_fixtures(RunpodProvider)
+# The GraphQL endpoint answered with the given responses (or errors) in turn.
+fetch_with = partial(fetch_answering, RunpodProvider, "POST", GRAPHQL_URL)
 
 
 def options(offer, unit=PriceUnit.HOUR, interruptible=False):
@@ -156,9 +128,9 @@ def test_every_price_is_decimal_and_every_offer_is_sourced(recorded):
 
 
 def test_one_graphql_post_without_a_key():
-    outcome, route = fetch_recorded()
+    outcome, routes = fetch_recorded(RunpodProvider)
     assert outcome.status == "ok" and outcome.requests == 1
-    request = route.calls.last.request
+    request = routes["gpu_types.json"].calls.last.request
     assert request.method == "POST" and str(request.url) == GRAPHQL_URL
     query = json.loads(request.content)["query"]
     for field in ("gpuTypes", "securePrice", "communitySpotPrice", "oneMonthPrice", "maxGpuCount", "minPodGpuCount"):
@@ -168,29 +140,19 @@ def test_one_graphql_post_without_a_key():
 
 def test_key_goes_as_bearer(monkeypatch):
     monkeypatch.setenv("RUNPOD_API_KEY", "rp-test-key")
-    outcome, route = fetch_recorded()
+    outcome, routes = fetch_recorded(RunpodProvider)
     assert outcome.status == "ok"
-    assert route.calls.last.request.headers["authorization"] == "Bearer rp-test-key"
+    assert routes["gpu_types.json"].calls.last.request.headers["authorization"] == "Bearer rp-test-key"
 
 
 def test_base_url_override_is_honoured(monkeypatch):
     monkeypatch.setenv("RENTOPT_RUNPOD_BASE_URL", "https://runpod-proxy.example")
-    with respx.mock() as router:
-        install_respx(router, RunpodProvider, base_url="https://runpod-proxy.example")
-        outcome = fetch()
+    outcome, _ = fetch_recorded(RunpodProvider, base_url="https://runpod-proxy.example")
     assert outcome.status == "ok" and len(outcome.offers) == EXPECTED_OFFERS
     assert {o.source for o in outcome.offers} == {"https://runpod-proxy.example/graphql"}
 
 
 # -- failure modes -----------------------------------------------------------------------------
-
-
-def fetch_with(*responses):
-    with respx.mock() as router:
-        route = router.post(GRAPHQL_URL)
-        route.side_effect = list(responses)
-        outcome = fetch()
-    return outcome, route
 
 
 def test_graphql_errors_with_status_200_reject_the_response():
@@ -199,32 +161,6 @@ def test_graphql_errors_with_status_200_reject_the_response():
     outcome, _ = fetch_with(httpx.Response(200, json=body))
     assert outcome.status == "failed" and outcome.offers is None
     assert "GraphQL error: Something went wrong" in outcome.error
-
-
-def test_429_waits_then_succeeds(monkeypatch):
-    waits: list[float] = []
-
-    async def record(self, seconds):
-        waits.append(seconds)
-
-    monkeypatch.setattr(FetchContext, "sleep", record)
-    outcome, route = fetch_with(httpx.Response(429, headers={"Retry-After": "2"}),
-                                httpx.Response(200, json=GPU_TYPES))
-    assert outcome.status == "ok" and waits == [2.0] and route.call_count == 2
-
-
-def test_500_then_failure_and_timeouts():
-    outcome, route = fetch_with(*[httpx.Response(503)] * 3)
-    assert outcome.status == "failed" and outcome.error == "server error HTTP 503 after 3 attempts"
-    outcome, route = fetch_with(*[httpx.ConnectTimeout("slow")] * 3)
-    assert outcome.status == "failed" and "timed out" in outcome.error and route.call_count == 3
-
-
-@pytest.mark.parametrize("content", [b"upstream connect error", json.dumps(GPU_TYPES).encode()[:777]],
-                         ids=["not-json", "truncated"])
-def test_malformed_or_truncated_bodies_are_rejected(content):
-    outcome, _ = fetch_with(httpx.Response(200, content=content))
-    assert outcome.status == "failed" and "not valid JSON" in outcome.error
 
 
 def test_a_type_missing_a_required_field_rejects_the_whole_response():

@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from datetime import datetime, timezone
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 
-import httpx
 import pytest
 
-from providers.base import HttpSettings, fetch_one
 from providers.sheet import BUNDLED_DIR, SheetError, SheetProvider, collect_sheets, load_sheet
+from tests.providers.helpers import fetch as fetch_provider
+from tests.providers.helpers import offers_by_id as by_id
+from tests.providers.helpers import recorded_at
 from tools.fixture_routes import FIXTURES
 
-FAST = HttpSettings(retries=2, backoff_s=0)
-REFRESHED_AT = datetime(2026, 11, 28, 6, 0, tzinfo=timezone.utc)
-
-
-def fetch():
-    async def go():
-        async with httpx.AsyncClient() as client:
-            return await fetch_one(SheetProvider(), client, FAST, REFRESHED_AT)
-
-    return asyncio.run(go())
+REFRESHED_AT = recorded_at("sheet")  # fetch() dates the refresh with the sheet manifest's recorded_at
+fetch = partial(fetch_provider, SheetProvider)
 
 
 def day(text: str) -> datetime:
@@ -44,10 +37,6 @@ def bundled():
     outcome = fetch()
     assert outcome.status == "ok", outcome.error
     return outcome
-
-
-def by_id(outcome):
-    return {o.offer_id: o for o in outcome.offers}
 
 
 # -- the shipped sheets ------------------------------------------------------------------------

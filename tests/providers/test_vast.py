@@ -3,57 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 import json
 import logging
 from decimal import Decimal
+from functools import partial
 
 import httpx
 import pytest
 import respx
 
-from providers.base import FetchContext, HttpSettings, fetch_one
+from providers.base import FetchContext
 from providers.vast import SEARCH_LIMIT, VastProvider
-from tools.fixture_routes import FIXTURES, install_respx, load_manifest
+from tests.providers.helpers import FAST, TLS, fetch_answering, fetch_recorded, recorded_at, recorded_fixtures
+from tools.fixture_routes import FIXTURES
 
-# respx answers every request, so no TLS happens; one shared context spares each test the
-# ~30 ms (more on a loaded machine) that httpx spends building a fresh one per client.
-TLS = ssl.create_default_context()
-FAST = HttpSettings(retries=2, backoff_s=0)
-RECORDED = load_manifest("vast").recorded_at
+RECORDED = recorded_at("vast")
 SEARCH_URL = "https://console.vast.ai/api/v0/bundles/"
 BUNDLES = json.loads((FIXTURES / "vast" / "bundles.json").read_text())
 
-
-def fetch(settings: HttpSettings = FAST):
-    async def go():
-        async with httpx.AsyncClient(verify=TLS) as client:
-            return await fetch_one(VastProvider(), client, settings, RECORDED)
-
-    return asyncio.run(go())
-
-
-def fetch_recorded():
-    with respx.mock() as router:
-        routes = install_respx(router, VastProvider)
-        outcome = fetch()
-    return outcome, routes["bundles.json"]
+recorded, offers = recorded_fixtures(VastProvider)
+# The search answered with the given responses (or errors) in turn.
+fetch_with = partial(fetch_answering, VastProvider, "POST", SEARCH_URL)
 
 
 def row(ask_id: int) -> dict:
     return next(r for r in BUNDLES["offers"] if r["id"] == ask_id)
-
-
-@pytest.fixture(scope="module")
-def recorded():
-    outcome, _ = fetch_recorded()
-    assert outcome.status == "ok", outcome.error
-    return outcome
-
-
-@pytest.fixture(scope="module")
-def offers(recorded):
-    return {o.offer_id: o for o in recorded.offers}
 
 
 def by_gpu(offers, gpu_raw: str, gpus: int):
@@ -162,9 +136,9 @@ def test_every_price_is_decimal_and_every_offer_is_sourced(recorded):
 
 
 def test_search_request_shape_without_a_key():
-    outcome, route = fetch_recorded()
+    outcome, routes = fetch_recorded(VastProvider)
     assert outcome.status == "ok" and outcome.requests == 1
-    request = route.calls.last.request
+    request = routes["bundles.json"].calls.last.request
     assert request.method == "POST" and str(request.url) == SEARCH_URL
     body = json.loads(request.content)
     assert body["type"] == "on-demand" and body["limit"] == SEARCH_LIMIT
@@ -174,9 +148,9 @@ def test_search_request_shape_without_a_key():
 
 def test_key_is_sent_as_bearer_only_to_vast(monkeypatch):
     monkeypatch.setenv("VAST_API_KEY", "vast-test-key-123")
-    outcome, route = fetch_recorded()
+    outcome, routes = fetch_recorded(VastProvider)
     assert outcome.status == "ok"
-    assert route.calls.last.request.headers["authorization"] == "Bearer vast-test-key-123"
+    assert routes["bundles.json"].calls.last.request.headers["authorization"] == "Bearer vast-test-key-123"
 
     async def elsewhere():
         async with httpx.AsyncClient(verify=TLS) as client:
@@ -191,59 +165,12 @@ def test_key_is_sent_as_bearer_only_to_vast(monkeypatch):
 
 def test_base_url_override_is_honoured(monkeypatch):
     monkeypatch.setenv("RENTOPT_VAST_BASE_URL", "https://vast-mirror.example/api/v0/")
-    with respx.mock() as router:
-        install_respx(router, VastProvider, base_url="https://vast-mirror.example")
-        outcome = fetch()
+    outcome, _ = fetch_recorded(VastProvider, base_url="https://vast-mirror.example")
     assert outcome.status == "ok" and len(outcome.offers) == 25
     assert {o.source for o in outcome.offers} == {"https://vast-mirror.example/api/v0/bundles/"}
 
 
 # -- failure modes -----------------------------------------------------------------------------
-
-
-def fetch_with(*responses, settings: HttpSettings = FAST):
-    with respx.mock() as router:
-        route = router.post(SEARCH_URL)
-        route.side_effect = list(responses)
-        outcome = fetch(settings)
-    return outcome, route
-
-
-def ok_body() -> httpx.Response:
-    return httpx.Response(200, json=BUNDLES)
-
-
-def test_429_waits_for_retry_after_then_succeeds(monkeypatch):
-    waits: list[float] = []
-
-    async def record(self, seconds):
-        waits.append(seconds)
-
-    monkeypatch.setattr(FetchContext, "sleep", record)
-    outcome, route = fetch_with(httpx.Response(429, headers={"Retry-After": "7"}), ok_body())
-    assert outcome.status == "ok" and len(outcome.offers) == 25
-    assert waits == [7.0] and route.call_count == 2
-
-
-def test_500_is_retried_then_fails():
-    outcome, route = fetch_with(*[httpx.Response(500)] * 3)
-    assert outcome.status == "failed" and outcome.offers is None
-    assert outcome.error == "server error HTTP 500 after 3 attempts"
-    assert route.call_count == 3
-
-
-def test_timeout_fails_after_retries():
-    outcome, route = fetch_with(*[httpx.ConnectTimeout("slow")] * 3)
-    assert outcome.status == "failed" and "timed out after 3 attempts" in outcome.error
-    assert route.call_count == 3
-
-
-@pytest.mark.parametrize("content", [b"<html>502 Bad Gateway</html>",
-                                     (FIXTURES / "vast" / "bundles.json").read_bytes()[:5000]],
-                         ids=["html", "truncated"])
-def test_a_body_that_is_not_json_rejects_the_response(content):
-    outcome, _ = fetch_with(httpx.Response(200, content=content))
-    assert outcome.status == "failed" and "not valid JSON" in outcome.error
 
 
 def test_a_row_missing_a_required_field_rejects_the_whole_response():

@@ -20,12 +20,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from optimizer.errors import ProviderError, ProviderSchemaError
 from optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
-from providers.base import BillingRules, FetchContext, Provider, to_decimal
+from providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
 
 OFFER_PATH = "/offers/v1.0/aws/AmazonEC2/current/{region}/index.json"
 SPOT_URL = "https://website.spot.ec2.aws.a2z.com/spot.json"
@@ -177,15 +177,6 @@ def network_gbps(performance: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _amount(value: Any) -> Decimal | None:
-    """A price component that may legitimately be 0 (the hourly part of an All Upfront term)."""
-    try:
-        d = Decimal(str(value).strip())
-    except (InvalidOperation, ValueError):
-        return None
-    return d if d.is_finite() and d >= 0 else None
-
-
 def _usd(dimension: dict[str, Any]) -> Any:
     return (dimension.get("pricePerUnit") or {}).get("USD")
 
@@ -298,7 +289,7 @@ def _reserved_options(sku_terms: dict[str, Any]) -> list[PriceOption]:
         hours = TERM_HOURS[length]
         upfront, hourly, ok = Decimal(0), Decimal(0), True
         for dim in _dimensions(term):
-            value = _amount(_usd(dim))
+            value = to_amount(_usd(dim))
             if value is None:
                 ok = False
             elif dim.get("unit") == "Quantity":

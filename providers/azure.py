@@ -21,12 +21,12 @@ import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
-from providers.base import BillingRules, FetchContext, Provider, to_decimal
+from providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
 
 PRICES_PATH = "/api/retail/prices"
 # Savings-plan prices are only returned by the preview version; it also makes filter values
@@ -269,10 +269,7 @@ def read_page(ctx: FetchContext, body: Any) -> tuple[list[dict[str, Any]], str |
     currency = body.get("BillingCurrency")
     if currency is not None and currency != ctx.provider.currency:
         raise ctx.schema_error(f"prices are in {currency}, expected {ctx.provider.currency}")
-    for item in items:
-        missing = [f for f in REQUIRED_FIELDS if f not in item]
-        if missing:
-            raise ctx.schema_error(f"a price row lacks {', '.join(missing)} (meterId {item.get('meterId', '?')})")
+    ctx.require_fields(items, REQUIRED_FIELDS, "price row with meterId", "meterId")
     link = body.get("NextPageLink")
     if link is not None and not isinstance(link, str):
         raise ctx.schema_error("'NextPageLink' is neither a URL nor null")
@@ -337,7 +334,7 @@ def parse_items(ctx: FetchContext, items: list[dict[str, Any]], *, source: str) 
             continue
         if service == "Bandwidth":
             if item["meterName"] == EGRESS_METER and item["type"] == "Consumption" and item["unitOfMeasure"] == "1 GB":
-                tier = _amount(item.get("tierMinimumUnits", 0))
+                tier = to_amount(item.get("tierMinimumUnits", 0))
                 if tier is None:
                     raise ctx.schema_error(f"egress tier {item.get('tierMinimumUnits')!r} is not a number")
                 egress_tiers[region].append((tier, to_decimal(item["retailPrice"])))
@@ -403,14 +400,6 @@ def _collect_vm_row(ctx: FetchContext, prices: _VmPrices, item: dict[str, Any]) 
         if per_hour is not None and term in TERM_HOURS:
             prices.savings = prices.savings or {}
             prices.savings[term] = _lower(prices.savings.get(term), per_hour)
-
-
-def _amount(value: Any) -> Decimal | None:
-    try:
-        d = Decimal(str(value).strip())
-    except (InvalidOperation, ValueError):
-        return None
-    return d if d.is_finite() and d >= 0 else None
 
 
 def _lower(current: Decimal | None, new: Decimal) -> Decimal:

@@ -26,7 +26,7 @@ import os
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
@@ -160,15 +160,24 @@ def to_decimal(value: Any) -> Decimal | None:
     >>> to_decimal("3.95"), to_decimal(0), to_decimal(None), to_decimal("N/A*"), to_decimal(float("nan"))
     (Decimal('3.95'), None, None, None, None)
     """
+    d = to_amount(value)
+    return d if d is not None and d > 0 else None
+
+
+def to_amount(value: Any) -> Decimal | None:
+    """A non-negative amount as Decimal, for fees where 0 really is 0 (Vast's free bandwidth, the
+    hourly part of an AWS All Upfront term, Azure's tier starts); None if absent or not a number.
+
+    >>> to_amount(0.0), to_amount("0.02"), to_amount(None), to_amount(-1), to_amount("x"), to_amount(True)
+    (Decimal('0.0'), Decimal('0.02'), None, None, None, None)
+    """
     if value is None or isinstance(value, bool):
         return None
     try:
         d = Decimal(str(value).strip())
     except (InvalidOperation, ValueError):
         return None
-    if not d.is_finite() or d <= 0:
-        return None
-    return d
+    return d if d.is_finite() and d >= 0 else None
 
 
 @dataclass
@@ -271,6 +280,14 @@ class FetchContext:
             raise self.schema_error(
                 f"response is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}); truncated or not an API reply"
             ) from None
+
+    # -- checking shapes -----------------------------------------------------------------
+
+    def require_fields(self, rows: list[dict[str, Any]], required: Sequence[str], label: str, id_field: str) -> None:
+        """Reject the whole response when a row lacks a required field (the API changed shape)."""
+        for row in rows:
+            if missing := [f for f in required if f not in row]:
+                raise self.schema_error(f"{label} {row.get(id_field, '?')!r} has no {', '.join(missing)} field")
 
     # -- building offers ------------------------------------------------------------------
 

@@ -106,10 +106,7 @@ def instance_types(ctx: FetchContext, body: Any) -> list[dict[str, Any]]:
     """The bare array of instance types; anything else is a schema error."""
     if not isinstance(body, list) or not all(isinstance(r, dict) for r in body):
         raise ctx.schema_error("instance-types is not a JSON array of objects")
-    for row in body:
-        missing = [f for f in REQUIRED_FIELDS if f not in row]
-        if missing:
-            raise ctx.schema_error(f"instance type {row.get('instance_type', '?')!r} has no {', '.join(missing)} field")
+    ctx.require_fields(body, REQUIRED_FIELDS, "instance type", "instance_type")
     return body
 
 

@@ -107,10 +107,7 @@ def gpu_types(ctx: FetchContext, body: Any) -> list[dict[str, Any]]:
     types = data.get("gpuTypes") if isinstance(data, dict) else None
     if not isinstance(types, list) or not all(isinstance(t, dict) for t in types):
         raise ctx.schema_error("GraphQL response has no data.gpuTypes list")
-    for t in types:
-        missing = [f for f in REQUIRED_FIELDS if f not in t]
-        if missing:
-            raise ctx.schema_error(f"GPU type {t.get('id', '?')!r} has no {', '.join(missing)} field")
+    ctx.require_fields(types, REQUIRED_FIELDS, "GPU type", "id")
     return types
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from optimizer.hardware import get_gpu, memory_matches
 from optimizer.models import Offer, PriceOption, PriceUnit
-from providers.base import BillingRules, FetchContext, Provider, to_decimal
+from providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
 
 log = logging.getLogger("rentopt.providers")
 
@@ -87,10 +87,7 @@ def offer_rows(ctx: FetchContext, body: Any) -> list[dict[str, Any]]:
     rows = body["offers"]
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ctx.schema_error("'offers' is not a list of objects")
-    for row in rows:
-        missing = [f for f in REQUIRED_FIELDS if f not in row]
-        if missing:
-            raise ctx.schema_error(f"offer {row.get('id', '?')} has no {', '.join(missing)} field")
+    ctx.require_fields(rows, REQUIRED_FIELDS, "offer", "id")
     if len(rows) >= SEARCH_LIMIT:
         log.warning("vast: the search returned the %d rows asked for; lower-scored asks were cut", len(rows))
     return rows
@@ -214,14 +211,8 @@ def _non_negative(value: Any) -> Decimal | None:
     >>> _non_negative(0.0), _non_negative("0.02"), _non_negative(None), _non_negative(-1)
     (Decimal('0'), Decimal('0.02'), None, None)
     """
-    if value is None or isinstance(value, bool):
-        return None
-    if (d := to_decimal(value)) is not None:
-        return _clean(d)
-    try:
-        return Decimal(0) if float(value) == 0 else None
-    except (TypeError, ValueError):
-        return None
+    d = to_amount(value)
+    return None if d is None else _clean(d)
 
 
 def _positive_float(value: Any) -> float | None:

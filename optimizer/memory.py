@@ -224,17 +224,12 @@ def trainable_params(model: ModelSpec, setup: TrainingSetup) -> int:
 def _weights(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Bytes) -> None:
     P = model.total_params
     tp_pp = setup.tensor_parallel * setup.pipeline_parallel
-    dp = setup.data_parallel
     if setup.mode == "full":
         resident = P * prec.weight / tp_pp
         if setup.precision == "fp8":
             resident += P * FP8_WEIGHT_CACHE_BYTES / tp_pp
         if _sharded(setup):
-            if setup.offload == "all":
-                out.cpu_offload += resident
-                resident = 0.0
-            else:
-                resident /= dp
+            resident = _shard_or_offload(resident, setup, out)
             out.gathered += _gathered_bytes(model, setup, prec.weight, trainable=True, out=out)
         out.weights += resident
         return
@@ -246,11 +241,7 @@ def _weights(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Byt
         if _sharded(setup):
             # FSDP/ZeRO-3 can shard the 4-bit weights when bnb_4bit_quant_storage matches the model
             # dtype (PEFT docs accelerate/fsdp.md, deepspeed.md; Answer.AI fsdp_qlora).
-            if setup.offload == "all":
-                out.cpu_offload += frozen
-                frozen = 0.0
-            else:
-                frozen /= dp
+            frozen = _shard_or_offload(frozen, setup, out)
             out.gathered += _gathered_bytes(model, setup, bits / 8, trainable=False, out=out)
             out.notes.append("QLoRA under FSDP/ZeRO-3: 4-bit base sharded (bnb_4bit_quant_storage = model dtype)")
         out.weights += frozen
@@ -261,11 +252,7 @@ def _weights(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Byt
         frozen = P * prec.weight / tp_pp
         if setup.zero == 3:
             # DeepSpeed partitions every parameter under zero.Init, frozen or not.
-            if setup.offload == "all":
-                out.cpu_offload += frozen
-                frozen = 0.0
-            else:
-                frozen /= dp
+            frozen = _shard_or_offload(frozen, setup, out)
             out.gathered += _gathered_bytes(model, setup, prec.weight, trainable=False, out=out)
         elif setup.fsdp:
             # FSDP shards the frozen base between steps and re-gathers each unit for compute, but a
@@ -275,7 +262,7 @@ def _weights(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Byt
             # memory). Measured: LitGPT Llama-2 LoRA under FSDP, 7B on 2 x A100 22.18 GB vs 21.30
             # on one; 13B on 4 x A100 35.57 GB vs 38.12 on one (tutorials/resource-tables.md).
             out.backward_gathered += frozen
-            frozen /= dp
+            frozen = _shard_or_offload(frozen, setup, out)
             out.gathered += _gathered_bytes(model, setup, prec.weight, trainable=False, out=out)
             out.notes.append("LoRA under FSDP: frozen units stay unsharded after their backward (no reshard "
                              "without gradients), so the end of backward holds the whole base")
@@ -288,6 +275,15 @@ def _weights(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Byt
     # (LitGPT bf16-true, torchtune) keep them in bf16.
     adapter_weight = 2 if setup.precision == "bf16-true" else 4
     out.weights += adapter_params(model, setup) * adapter_weight / tp_pp
+
+
+def _shard_or_offload(resident: float, setup: TrainingSetup, out: _Bytes) -> float:
+    """Parameters sharded over the data-parallel group (ZeRO-3/FSDP), or moved to host memory
+    entirely with --offload all (ZeRO-3 offload_param, FSDP CPUOffload)."""
+    if setup.offload == "all":
+        out.cpu_offload += resident
+        return 0.0
+    return resident / setup.data_parallel
 
 
 def _inference_weights(model: ModelSpec, setup: TrainingSetup) -> float:

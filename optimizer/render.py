@@ -12,6 +12,7 @@ from typing import Any
 
 from optimizer.feasibility import Fit
 from optimizer.models import MemoryEstimate, ModelSpec, Plan, Quote, TrainingSetup
+from optimizer.offers_io import age_words
 
 CLASS_ORDER = ("datacenter", "workstation", "consumer")
 
@@ -121,18 +122,12 @@ def money(amount: Decimal, currency: str) -> str:
 
 
 def age(fetched_at: datetime, now: datetime | None = None) -> str:
-    """How old a price is, in words.
+    """How old a price is, for a sentence.
 
     >>> age(datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 3, 6, tzinfo=timezone.utc))
     '2 days old'
     """
-    now = now or datetime.now(timezone.utc)
-    hours = (now - fetched_at).total_seconds() / 3600
-    if hours < 1:
-        return "fresh"
-    if hours < 48:
-        return f"{hours:.0f} h old"
-    return f"{hours / 24:.0f} days old"
+    return f"{age_words(fetched_at, now or datetime.now(timezone.utc))} old"
 
 
 def quote_json(quote: Quote) -> str:
@@ -208,7 +203,7 @@ def _prices_line(quote: Quote, now: datetime | None) -> str:
 
 
 def quote_markdown(quote: Quote, now: datetime | None = None) -> str:
-    out = [f"# rentopt quote", "", _prices_line(quote, now), ""]
+    out = ["# rentopt quote", "", _prices_line(quote, now), ""]
     for fx in quote.fx:
         out.append(f"- exchange rate: 1 USD = {fx.per_usd} {fx.currency} (as of {fx.as_of}; {fx.source})")
     for plan in quote.plans:

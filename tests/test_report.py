@@ -46,12 +46,12 @@ from optimizer.report import (
     build_report,
     interruptible_hour_price,
     md,
-    nice_ticks,
     parse_since,
     parse_workload,
     render_html,
     render_markdown,
 )
+from optimizer.charts import nice_ticks
 from optimizer.store import open_readonly
 from providers.base import HttpSettings, load_providers
 from tools.build_snapshot import find_route

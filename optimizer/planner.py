@@ -14,7 +14,6 @@ and kept checkpoints out, then destroy: seed 000).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
@@ -24,7 +23,6 @@ from optimizer.billing import (
     Decision,
     PlanCost,
     PlanInstance,
-    cheapest_cover,
     explain_cover,
     offer_rates,
     plan_cost,
@@ -620,7 +618,7 @@ def _stage(kind: str, c: Candidate, cost_stage, hours: Decimal, layout: str, gpu
 
 
 def _plan(rank: int, d: Decision, built: _Built, planner: _Planner, offers: OfferSet, fx: FxTable) -> Plan:
-    inst, req, prep = built.instance, planner.req, planner.prep
+    inst, prep = built.instance, planner.prep
     cost: PlanCost = plan_cost(inst, d)
     t = inst.by_id[d.train_id]
     v = inst.by_id[d.validate_id] if d.validate_id else None
@@ -635,7 +633,7 @@ def _plan(rank: int, d: Decision, built: _Built, planner: _Planner, offers: Offe
     export_h = transfer_hours(prep.export_gb, built.offers[t.id].net_up_mbps or DEFAULT_MBPS) or Decimal(0)
     stages.append(_stage("train", t, cost.stage("train"), t.hours, t.layout))
     stages.append(_stage("export", t, cost.stage("export"), export_h, "copy out, verify, destroy", gpus=0))
-    notes.append(f"train billing: {explain_cover(t.pricing, t.hours, inst.currency)}")
+    notes.append(f"train compute: {explain_cover(t.pricing, t.hours, inst.currency)}")
     notes += [f"{t.provider}/{t.offer_id}: {n}" for n in t.notes]
     offer = built.offers[t.id]
     if offer.price_locked:

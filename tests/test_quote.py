@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from datetime import datetime, timezone
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
@@ -295,11 +297,6 @@ def test_bundled_snapshot_quote_works_offline_with_an_empty_home():
     (["--model", "13b", "--mode", "qlora", "--precision", "fp32", "--days", "1"], 2, "qlora"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, code, text):
-    from optimizer.cli import main
-
-    import subprocess
-    import sys
-
     proc = subprocess.run([sys.executable, "-c", "from optimizer.cli import main; main()", "quote", *args],
                           capture_output=True, text=True)
     assert proc.returncode == code, proc.stderr

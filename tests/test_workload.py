@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from click.testing import CliRunner
 
 from optimizer.cli import cli
@@ -125,7 +126,7 @@ def test_presets_are_cached_and_frozen():
     assert first["llama-2-7b"] is second["llama-2-7b"]
     first.pop("llama-2-7b")  # a copy: callers cannot damage the catalog
     assert "llama-2-7b" in load_presets()
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         second["llama-2-13b"].layers = 1
 
 

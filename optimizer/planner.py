@@ -122,9 +122,7 @@ class _Built:
     instance: PlanInstance
     rejected: list[tuple[PlanRow, str, str]]  # (offer, constraint, reason); Rejection objects on demand
     offers: dict[str, Offer]  # by candidate id
-    layouts: dict[str, Any]  # candidate id -> Layout
     time_ranges: dict[str, tuple[Decimal, Decimal]]
-    notes: dict[str, list[str]]
     closest_memory: str | None
 
 
@@ -408,9 +406,7 @@ class _Planner:
         validate: list[Candidate] = []
         train: list[Candidate] = []
         offers: dict[str, Offer] = {}
-        layouts: dict[str, Any] = {}
         ranges: dict[str, tuple[Decimal, Decimal]] = {}
-        notes: dict[str, list[str]] = {}
         idle_hours = req.idle_days * 24
         rates_cache: dict[tuple[str, str], Any] = {}
         for r in rows:
@@ -454,7 +450,7 @@ class _Planner:
                     notes=tuple(c_notes)))
                 if r.low_high:
                     ranges[cid] = (_hours(r.low_high[0]), _hours(r.low_high[1]))
-            offers[cid], layouts[cid], notes[cid] = o, r.fit.layout, c_notes
+            offers[cid] = o
         closest = None
         for o, constraint, reason in self.rejected:
             if constraint == "memory" and (ratio := _overshoot(reason)) is not None:
@@ -467,7 +463,7 @@ class _Planner:
             deadline_hours=req.deadline_days * 24 if req.deadline_days is not None else None,
             budget=req.budget, currency=ccy,
         )
-        return _Built(instance, rejected, offers, layouts, ranges, notes, closest[1] if closest else None)
+        return _Built(instance, rejected, offers, ranges, closest[1] if closest else None)
 
 
 def _undominated(rows: list[_Row], saving, on_drop, *, cost=lambda r: r.cost, bound=None,

@@ -32,9 +32,11 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
     assert tests.split("&& ", 2)[-1].strip() in ci  # the same install + test command
 
 
-@pytest.mark.parametrize("flag", ["--days", "--tokens", "--providers", "--offers-file", "--currency", "--fx",
-                                  "--validate-hours", "--no-validate", "--idle-days", "--keep-checkpoints",
-                                  "--data-gb", "--deadline-days", "--budget", "--top", "--spot",
-                                  "--checkpoint-every", "--measured-peak-gb", "--explain", "--format"])
-def test_every_quote_flag_is_in_the_readme(flag):
-    assert flag in README
+def _all_flags() -> list[tuple[str, str]]:
+    return sorted({(name, opt) for name, cmd in cli.commands.items() for p in cmd.params
+                   for opt in (*p.opts, *p.secondary_opts) if opt.startswith("--") and opt != "--help"})
+
+
+@pytest.mark.parametrize("command, flag", _all_flags())
+def test_every_flag_of_every_command_is_in_the_readme(command, flag):
+    assert flag in README, f"README.md does not mention `rentopt {command} {flag}`"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -461,27 +462,38 @@ class PlanRow(NamedTuple):
 
 
 def plan_row(o: Offer) -> PlanRow:
-    """The planning row of an offer (see PlanRow)."""
-    hourly: dict[bool, float] = {}
-    blocks: set[bool] = set()
+    """The planning row of an offer (see PlanRow). Written for speed: the store builds one per
+    offer written (50,000 in a large refresh)."""
+    hourly = hourly_spot = None
+    blocks = blocks_spot = False
     for p in o.price_options:
-        if p.unit == PriceUnit.HOUR:
+        if p.unit is PriceUnit.HOUR:
             amount = float(p.amount)
-            if amount < hourly.get(p.interruptible, float("inf")):
-                hourly[p.interruptible] = amount
+            if p.interruptible:
+                if hourly_spot is None or amount < hourly_spot:
+                    hourly_spot = amount
+            elif hourly is None or amount < hourly:
+                hourly = amount
+        elif p.interruptible:
+            blocks_spot = True
         else:
-            blocks.add(p.interruptible)
-
-    def f(x: Decimal | None) -> float | None:
-        return None if x is None else float(x)
-
+            blocks = True
+    storage, stopped = o.storage_gb_month, o.stopped_storage_price
+    egress, ingress = o.egress_gb, o.ingress_gb
     return PlanRow(
         o.provider, o.offer_id, o.gpu, o.gpu_raw, o.gpu_status, o.gpus, o.gpu_memory_gb, o.interconnect,
-        o.fabric, o.fabric_gbps, o.nodes_available, o.host_ram_gb, o.spot, o.currency, hourly.get(False),
-        hourly.get(True), False in blocks, True in blocks, f(o.storage_gb_month), f(o.stopped_storage_price),
-        f(o.egress_gb), f(o.ingress_gb), o.net_up_mbps, o.net_down_mbps, o.billing_granularity_s,
-        o.billing_minimum_s, o.month_hours, o.max_duration_hours, o.fetched_at.astimezone(timezone.utc).isoformat(),
+        o.fabric, o.fabric_gbps, o.nodes_available, o.host_ram_gb, o.spot, o.currency, hourly, hourly_spot,
+        blocks, blocks_spot, None if storage is None else float(storage), None if stopped is None else float(stopped),
+        None if egress is None else float(egress), None if ingress is None else float(ingress), o.net_up_mbps,
+        o.net_down_mbps, o.billing_granularity_s, o.billing_minimum_s, o.month_hours, o.max_duration_hours,
+        _utc_text(o.fetched_at),
     )
+
+
+@lru_cache(maxsize=64)
+def _utc_text(when: datetime) -> str:
+    """ISO 8601 in UTC; a snapshot's offers share one fetched_at, so this is cached."""
+    return when.astimezone(timezone.utc).isoformat()
 
 
 # --------------------------------------------------------------------------------------------

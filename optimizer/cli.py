@@ -531,7 +531,21 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
         click.echo(f"wrote {output}", err=True)
 
 
+def _configure_logging() -> None:
+    """Warnings (a skipped row, a failed provider) reach the user through the command's own
+    summary; RENTOPT_LOG=INFO or DEBUG also prints the log lines to stderr."""
+    import logging
+
+    level = os.environ.get("RENTOPT_LOG", "").upper()
+    if level in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        logging.basicConfig(level=level, format="%(name)s: %(levelname)s: %(message)s")
+    else:
+        logging.getLogger("rentopt").addHandler(logging.NullHandler())
+        logging.getLogger("rentopt").propagate = False
+
+
 def main() -> None:
+    _configure_logging()
     try:
         cli.main(prog_name="rentopt", standalone_mode=False)
     except click.UsageError as exc:

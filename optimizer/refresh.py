@@ -41,6 +41,7 @@ class ProviderResult:
     unknown_gpus: list[str] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None  # failed: why; skipped: which variable to set
+    had_prices: bool = False  # a failed provider keeps these earlier prices (stale)
 
 
 @dataclass
@@ -73,11 +74,13 @@ def run_refresh(names: list[str] | None = None, *, progress: Progress | None = N
             progress(f"refreshing {', '.join(p.name for p in providers)} into {store.path}")
         outcomes = asyncio.run(_fetch_all(providers, settings, transport, progress))
         results = []
+        had_prices = {state.name for state in store.providers() if state.has_data}
         for provider, outcome in zip(providers, outcomes, strict=True):
             secrets = provider_secrets(provider)
             result = ProviderResult(provider.name, outcome.status, provider.name in requested,
                                     skipped_rows=len(outcome.skipped), unknown_gpus=list(outcome.unknown_gpus),
-                                    seconds=outcome.seconds, error=outcome.error)
+                                    seconds=outcome.seconds, error=outcome.error,
+                                    had_prices=provider.name in had_prices)
             if outcome.status == "ok" and outcome.offers is not None:
                 try:
                     diff = store.write_snapshot(
@@ -178,7 +181,8 @@ def format_report(report: RefreshReport) -> str:
     lines = [tabulate(rows, headers=REPORT_HEADERS, disable_numparse=True)]
     for r in report.results:
         if r.status == "failed":
-            lines.append(f"{r.provider}: failed: {r.error} (its last good prices are kept, marked stale)")
+            kept = "its last good prices are kept, marked stale" if r.had_prices else "it has no earlier prices"
+            lines.append(f"{r.provider}: failed: {r.error} ({kept})")
         elif r.status == "skipped":
             lines.append(f"{r.provider}: skipped: {r.error}")
         if r.unknown_gpus:

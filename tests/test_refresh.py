@@ -263,6 +263,18 @@ def test_exit_codes(registry, setup, names, code):
     assert report.exit_code == code, format_report(report)
 
 
+def test_a_failure_says_whether_earlier_prices_are_kept(registry, monkeypatch):
+    registry(fake("a"))
+    with respx.mock() as router:
+        serve(router, "a", ROWS)
+        run_refresh(None, settings=FAST)
+    registry(fake("a", fail="boom"), fake("b", fail="boom"))
+    report = run_refresh(None, settings=FAST)
+    text = format_report(report)
+    assert "a: failed: plugin raised RuntimeError: boom (its last good prices are kept, marked stale)" in text
+    assert "b: failed: plugin raised RuntimeError: boom (it has no earlier prices)" in text
+
+
 def test_a_skipped_provider_says_which_variable_to_set(registry):
     registry(fake("a"), fake("b", key_env="BEE_API_KEY"))
     with respx.mock() as router:

@@ -181,30 +181,26 @@ def _tokens_option(ctx: click.Context, param: click.Parameter, value: str | None
     return n
 
 
-def _positive_decimal_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    from decimal import Decimal, InvalidOperation
+def _decimal_option(*, allow_zero: bool) -> Any:
+    """A click callback parsing a Decimal flag: positive, or non-negative when `allow_zero`."""
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        from decimal import Decimal, InvalidOperation
 
-    if value is None:
-        return None
-    try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        raise click.BadParameter(f"{value!r} is not a number") from None
-    if not amount.is_finite() or amount <= 0:
-        raise click.BadParameter("must be a positive number")
-    return amount
+        if value is None:
+            return None
+        try:
+            amount = Decimal(value)
+        except InvalidOperation:
+            raise click.BadParameter(f"{value!r} is not a number") from None
+        if not amount.is_finite() or amount < 0 or (amount == 0 and not allow_zero):
+            raise click.BadParameter("must not be negative" if allow_zero else "must be a positive number")
+        return amount
+
+    return parse
 
 
-def _non_negative_decimal_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    from decimal import Decimal, InvalidOperation
-
-    try:
-        amount = Decimal(value) if value is not None else None
-    except InvalidOperation:
-        raise click.BadParameter(f"{value!r} is not a number") from None
-    if amount is not None and (not amount.is_finite() or amount < 0):
-        raise click.BadParameter("must not be negative")
-    return amount
+_positive_decimal_option = _decimal_option(allow_zero=False)
+_non_negative_decimal_option = _decimal_option(allow_zero=True)
 
 
 @cli.command("quote")

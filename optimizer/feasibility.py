@@ -17,7 +17,7 @@ least 200 Gb/s. Every rejection states the number that failed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from optimizer.memory import estimate
@@ -118,7 +118,7 @@ class Fit:
 class NoFit:
     constraint: RejectReason
     reason: str
-    alternatives: list[str] = field(default_factory=list)
+    overshoot: float | None = None  # GPU memory needed / available, for the closest miss
 
 
 def usable_gb(gpu: GpuSpec, offer_memory_gb: float | None = None) -> float:
@@ -348,7 +348,7 @@ def find_layout(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, *, pin
     if host_short is not None:
         extra = f"; {host_short[1].strategy} would fit the GPU but needs {host_short[0]:.0f} GB of host RAM"
     return NoFit("memory", f"needs {required:.1f} GB per GPU at best ({where}, incl. {setup.margin:.0%} margin); "
-                           f"{shape.gpu.id} has {capacity:.1f} GB{extra}")
+                           f"{shape.gpu.id} has {capacity:.1f} GB{extra}", overshoot=required / capacity)
 
 
 def classes_that_fit(model: ModelSpec, setup: TrainingSetup, gpus: list[GpuSpec],

@@ -23,6 +23,7 @@ from optimizer.billing import (
     Decision,
     PlanCost,
     PlanInstance,
+    billed_metered_seconds,
     explain_cover,
     offer_rates,
     plan_cost,
@@ -220,6 +221,7 @@ class _Planner:
         self._time: dict[tuple, Any] = {}
         self._rate: dict[str, float] = {}
         self.rejected: list[tuple[PlanRow, str, str]] = []
+        self.closest: tuple[float, str] | None = None  # the memory rejection that missed by least
         self.row_count = 0
 
     def layout(self, setup: TrainingSetup, offer: PlanRow, gpu: GpuSpec, nodes: int, key: tuple) -> Fit | NoFit:
@@ -324,6 +326,10 @@ class _Planner:
             else:
                 if first_miss is not None:
                     self.rejected.append((o, first_miss.constraint, first_miss.reason))
+                    if first_miss.overshoot is not None and (
+                            self.closest is None or first_miss.overshoot < self.closest[0]):
+                        self.closest = (first_miss.overshoot, f"{o.provider}/{o.offer_id} ({o.gpus} x {o.gpu}): "
+                                                              f"{first_miss.reason}")
         return out
 
     # -- dominance ---------------------------------------------------------------------------
@@ -451,11 +457,6 @@ class _Planner:
                 if r.low_high:
                     ranges[cid] = (_hours(r.low_high[0]), _hours(r.low_high[1]))
             offers[cid] = o
-        closest = None
-        for o, constraint, reason in self.rejected:
-            if constraint == "memory" and (ratio := _overshoot(reason)) is not None:
-                if closest is None or ratio < closest[0]:
-                    closest = (ratio, f"{o.provider}/{o.offer_id} ({o.gpus} x {o.gpu}): {reason}")
         rejected = self.rejected
         instance = PlanInstance(
             validate=validate if req.validate_hours is not None else [],
@@ -463,7 +464,7 @@ class _Planner:
             deadline_hours=req.deadline_days * 24 if req.deadline_days is not None else None,
             budget=req.budget, currency=ccy,
         )
-        return _Built(instance, rejected, offers, ranges, closest[1] if closest else None)
+        return _Built(instance, rejected, offers, ranges, self.closest[1] if self.closest else None)
 
 
 def _undominated(rows: list[_Row], saving, on_drop, *, cost=lambda r: r.cost, bound=None,
@@ -505,11 +506,7 @@ def _rough_compute(o: PlanRow, hourly: float | None, blocks: bool, nodes: int, h
     offer sells only hourly time; with prepaid blocks the row is flagged inexact (never pruned)."""
     if hourly is None:
         return 0.0, False
-    seconds = math.ceil(hours * 3600)
-    g = o.billing_granularity_s
-    billed = -(-seconds // g) * g
-    if billed and billed < o.billing_minimum_s:
-        billed = o.billing_minimum_s
+    billed = billed_metered_seconds(o.billing_granularity_s, o.billing_minimum_s, math.ceil(hours * 3600))
     return hourly * f * nodes * billed / 3600, not blocks
 
 
@@ -531,14 +528,6 @@ def _ram_key(gb: float | None) -> float | None:
         return None
     steps = [s for s in _RAM_STEPS if s <= gb]
     return steps[-1] if steps else gb
-
-
-def _overshoot(reason: str) -> float | None:
-    """needs X GB ... has Y GB -> X/Y, to find the closest miss."""
-    import re
-
-    m = re.search(r"needs ([\d.]+) GB.* has ([\d.]+) GB", reason)
-    return float(m.group(1)) / float(m.group(2)) if m else None
 
 
 def rejections(built: _Built) -> list[Rejection]:

@@ -35,7 +35,7 @@ JOBS = {
 def fill_store(home: Path, n: int) -> None:
     from bench_store import synthetic_offers
 
-    from optimizer import store
+    from rentopt.optimizer import store
 
     home.mkdir(parents=True, exist_ok=True)
     offers = synthetic_offers(n)
@@ -52,7 +52,7 @@ def time_subprocess(home: Path, args: list[str], repeat: int) -> tuple[float, fl
     """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["RENTOPT_HOME"] = str(home)
-    exe = [sys.executable, "-c", "from optimizer.cli import main; main()", "quote", *args]
+    exe = [sys.executable, "-c", "from rentopt.optimizer.cli import main; main()", "quote", *args]
     times = []
     for i in range(repeat + 1):
         start = time.perf_counter()
@@ -69,14 +69,14 @@ def breakdown(home: Path, args: list[str]) -> dict[str, float]:
     os.environ["RENTOPT_HOME"] = str(home)
     times: dict[str, float] = {}
     t = time.perf_counter()
-    from optimizer import solver  # noqa: F401  ortools
+    from rentopt.optimizer import solver  # noqa: F401  ortools
     times["import ortools"] = time.perf_counter() - t
-    from optimizer.catalog import load_offers
-    from optimizer.currency import FxTable
-    from optimizer.models import TrainingSetup
-    from optimizer.planner import QuoteRequest, _Planner, _prefer_stop
-    from optimizer.render import quote_table
-    from optimizer.workload import resolve_model
+    from rentopt.optimizer.catalog import load_offers
+    from rentopt.optimizer.currency import FxTable
+    from rentopt.optimizer.models import TrainingSetup
+    from rentopt.optimizer.planner import QuoteRequest, _Planner, _prefer_stop
+    from rentopt.optimizer.render import quote_table
+    from rentopt.optimizer.workload import resolve_model
 
     kw = dict(zip(args[::2], args[1::2]))
     t = time.perf_counter()
@@ -94,7 +94,7 @@ def breakdown(home: Path, args: list[str]) -> dict[str, float]:
     decisions = solver.solve(built.instance, top_k=req.top)
     times["solve (prune + CP-SAT, top 5)"] = time.perf_counter() - t
     t = time.perf_counter()
-    from optimizer.planner import build_quote
+    from rentopt.optimizer.planner import build_quote
 
     quote_table(build_quote(req, offers, fx, list_rejected=False))
     times["whole build_quote + render (again)"] = time.perf_counter() - t

@@ -95,8 +95,8 @@ def main() -> None:
                     servers.append(server)
                     os.environ[env] = local + routes[0].path
 
-        from optimizer.refresh import format_report, run_refresh
-        from providers.base import HttpSettings
+        from rentopt.optimizer.refresh import format_report, run_refresh
+        from rentopt.providers.base import HttpSettings
 
         marks: list[float] = []
         start = time.perf_counter()

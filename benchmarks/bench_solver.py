@@ -17,9 +17,9 @@ import random
 import time
 from decimal import Decimal
 
-from optimizer.billing import Block, Candidate, PlanInstance, RentalPricing, plan_cost, quantize_money
-from optimizer.models import PriceUnit
-from optimizer.solver import prune, solve
+from rentopt.optimizer.billing import Block, Candidate, PlanInstance, RentalPricing, plan_cost, quantize_money
+from rentopt.optimizer.models import PriceUnit
+from rentopt.optimizer.solver import prune, solve
 
 
 def _money(rng: random.Random, low: float, high: float) -> Decimal:

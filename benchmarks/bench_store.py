@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimizer import store  # noqa: E402
-from optimizer.models import Offer, PriceOption, PriceUnit  # noqa: E402
+from rentopt.optimizer import store  # noqa: E402
+from rentopt.optimizer.models import Offer, PriceOption, PriceUnit  # noqa: E402
 
 # (canonical id, GB per GPU, interconnect, typical $/GPU-hour): a realistic spread of cards.
 CARDS = [
@@ -120,7 +120,7 @@ def compare_decoders(offers: list[Offer], repeat: int) -> None:
 
     from pydantic import TypeAdapter
 
-    from optimizer.models import PriceOption
+    from rentopt.optimizer.models import PriceOption
 
     rows = [o.model_dump_json() for o in offers]
     as_list = TypeAdapter(list[Offer])

@@ -1,3 +1,1 @@
-"""rentopt: the cheapest way to rent GPUs for a training job, and exactly what it will be billed."""
-
-__version__ = "0.1.0"
+"""rentopt's engine (installed as `rentopt.optimizer`): everything that is not talking to a provider."""

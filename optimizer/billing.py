@@ -42,8 +42,8 @@ from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import Literal, NamedTuple
 
-from optimizer.currency import FxTable, round_money
-from optimizer.models import UNIT_HOURS, BillingLine, LineItems, Offer, PriceUnit
+from rentopt.optimizer.currency import FxTable, round_money
+from rentopt.optimizer.models import UNIT_HOURS, BillingLine, LineItems, Offer, PriceUnit
 
 __all__ = [
     "Block", "RentalPricing", "Candidate", "PlanInstance", "Decision", "Cover", "Charge", "OfferRates",

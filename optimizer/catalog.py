@@ -25,10 +25,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from optimizer.errors import InputError, StoreError
-from optimizer.models import Offer, Origin, PlanRow, plan_row
-from optimizer.offers_io import hour_price, read_offers_file
-from optimizer.store import OfferQuery, open_readonly, store_path
+from rentopt.optimizer.errors import InputError, StoreError
+from rentopt.optimizer.models import Offer, Origin, PlanRow, plan_row
+from rentopt.optimizer.offers_io import hour_price, read_offers_file
+from rentopt.optimizer.store import OfferQuery, open_readonly, store_path
 
 SNAPSHOT_RESOURCE = "data/snapshot.json.gz"
 SNAPSHOT_FORMAT = 1
@@ -226,7 +226,7 @@ def _when(when: datetime | None) -> str:
 def bundled_snapshot() -> BundledSnapshot:
     """The snapshot shipped inside the package (read once per process)."""
     try:
-        raw = resources.files("optimizer").joinpath(SNAPSHOT_RESOURCE).read_bytes()
+        raw = resources.files("rentopt.optimizer").joinpath(SNAPSHOT_RESOURCE).read_bytes()
     except (FileNotFoundError, OSError):
         raise StoreError(
             "this installation of rentopt has no bundled price snapshot and there is no price store yet; "

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from optimizer import __version__
-from optimizer.errors import RentoptError
+from rentopt import __version__
+from rentopt.optimizer.errors import RentoptError
 
 
 class RentoptGroup(click.Group):
@@ -116,8 +116,8 @@ WORKLOAD_KEYS = ("model_name", "mode", "seq_len", "micro_batch", "gpus", "zero",
 
 def _workload(kw: dict[str, Any]) -> tuple[Any, Any]:
     """(ModelSpec, TrainingSetup) from the shared workload flags."""
-    from optimizer.models import TrainingSetup
-    from optimizer.workload import resolve_model
+    from rentopt.optimizer.models import TrainingSetup
+    from rentopt.optimizer.workload import resolve_model
 
     model = resolve_model(kw["model_name"])
     setup = TrainingSetup(
@@ -150,10 +150,10 @@ def estimate_command(fmt: str, **kw: Any) -> None:
     max_memory_allocated), reserved (caching allocator) and device (nvidia-smi); "required"
     adds the safety margin and is what rentopt compares with a card's memory. GB = 1e9 bytes.
     """
-    from optimizer.feasibility import classes_that_fit
-    from optimizer.hardware import all_gpus
-    from optimizer.memory import estimate
-    from optimizer.render import estimate_json, estimate_table
+    from rentopt.optimizer.feasibility import classes_that_fit
+    from rentopt.optimizer.hardware import all_gpus
+    from rentopt.optimizer.memory import estimate
+    from rentopt.optimizer.render import estimate_json, estimate_table
 
     model, setup = _workload(kw)
     est = estimate(model, setup)
@@ -255,11 +255,11 @@ def quote_command(days: Any, tokens: float | None, providers: str | None, offers
     cheapest mix of the offer's units (hour/day/week/month/term), disk while running and
     stopped, egress and ingress. No feasible plan: exit status 3 with the binding constraint.
     """
-    from optimizer.catalog import load_offers
-    from optimizer.currency import FxTable, parse_fx_option
-    from optimizer.feasibility import Pins
-    from optimizer.planner import QuoteRequest, build_quote
-    from optimizer.render import quote_json, quote_markdown, quote_table
+    from rentopt.optimizer.catalog import load_offers
+    from rentopt.optimizer.currency import FxTable, parse_fx_option
+    from rentopt.optimizer.feasibility import Pins
+    from rentopt.optimizer.planner import QuoteRequest, build_quote
+    from rentopt.optimizer.render import quote_json, quote_markdown, quote_table
 
     if (days is None) == (tokens is None):
         raise click.UsageError("give exactly one of --days or --tokens")
@@ -307,7 +307,7 @@ def models_command(model: str | None, fmt: str) -> None:
 
     from tabulate import tabulate
 
-    from optimizer.workload import describe, format_params, list_presets, resolve_model
+    from rentopt.optimizer.workload import describe, format_params, list_presets, resolve_model
 
     specs = [resolve_model(model)] if model else list_presets()
     rows = [describe(spec) for spec in specs]
@@ -347,7 +347,7 @@ def gpus_command(gpu_class: str | None, min_memory: float | None, fmt: str) -> N
 
     from tabulate import tabulate
 
-    from optimizer.hardware import select_gpus
+    from rentopt.optimizer.hardware import select_gpus
 
     selected = select_gpus(gpu_class, min_memory)
     if fmt == "json":
@@ -394,7 +394,7 @@ def refresh_command(names: str | None, quiet: bool) -> None:
     fails keeps its last good prices (marked stale); one without its API key is skipped with the
     variable to set. Exit status: 0 all refreshed, 1 some failed, 2 none succeeded.
     """
-    from optimizer.refresh import format_report, run_refresh
+    from rentopt.optimizer.refresh import format_report, run_refresh
 
     progress = (lambda line: click.echo(line, err=True)) if not quiet and sys.stderr.isatty() else None
     report = run_refresh(_comma_list(names), progress=progress)
@@ -440,10 +440,10 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
     """
     from datetime import datetime, timezone
 
-    from optimizer.catalog import find_offers
-    from optimizer.hardware import resolve_user_gpu
-    from optimizer.offers_io import OFFER_TABLE_HEADERS, offer_table_rows, write_offers_csv, write_offers_json
-    from optimizer.store import OfferQuery
+    from rentopt.optimizer.catalog import find_offers
+    from rentopt.optimizer.hardware import resolve_user_gpu
+    from rentopt.optimizer.offers_io import OFFER_TABLE_HEADERS, offer_table_rows, write_offers_csv, write_offers_json
+    from rentopt.optimizer.store import OfferQuery
 
     names = _comma_list(providers)
     query = OfferQuery(
@@ -482,7 +482,7 @@ def providers_command() -> None:
 
     Also lists plugins that failed to load. Reads the price store without changing it.
     """
-    from optimizer.refresh import format_overview, provider_overview
+    from rentopt.optimizer.refresh import format_overview, provider_overview
 
     click.echo(format_overview(provider_overview()))
 
@@ -512,8 +512,8 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
     (inline charts, nothing fetched). Reads the price store (or the bundled snapshot) and never
     changes it.
     """
-    from optimizer.currency import FxTable, parse_fx_option
-    from optimizer.report import ReportRequest, build_report, format_for, parse_since, parse_workload, render, write_report
+    from rentopt.optimizer.currency import FxTable, parse_fx_option
+    from rentopt.optimizer.report import ReportRequest, build_report, format_for, parse_since, parse_workload, render, write_report
 
     request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=currency.strip().upper(),
                             workloads=tuple(parse_workload(w) for w in workloads),

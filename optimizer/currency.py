@@ -22,9 +22,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from optimizer.errors import InputError
-from optimizer.models import FxRate
-from optimizer.paths import rentopt_home
+from rentopt.optimizer.errors import InputError
+from rentopt.optimizer.models import FxRate
+from rentopt.optimizer.paths import rentopt_home
 
 BASE = "USD"
 _CODE = re.compile(r"^[A-Z]{3}$")
@@ -33,7 +33,7 @@ _DEFAULT_MINOR_UNITS = 2
 
 
 def _bundled() -> dict[str, Any]:
-    text = resources.files("optimizer").joinpath("data/fx.toml").read_text(encoding="utf-8")
+    text = resources.files("rentopt.optimizer").joinpath("data/fx.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)
 
 
@@ -64,7 +64,7 @@ def parse_fx_option(text: str) -> tuple[str, Decimal]:
     >>> parse_fx_option("CNY=")
     Traceback (most recent call last):
     ...
-    optimizer.errors.InputError: --fx 'CNY=': the rate must be a positive number of CNY per 1 USD, e.g. --fx CNY=7.1
+    rentopt.optimizer.errors.InputError: --fx 'CNY=': the rate must be a positive number of CNY per 1 USD, e.g. --fx CNY=7.1
     """
     code, sep, value = text.partition("=")
     code = _normalise_code(code)

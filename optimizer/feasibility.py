@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from optimizer.memory import estimate
-from optimizer.models import (
+from rentopt.optimizer.memory import estimate
+from rentopt.optimizer.models import (
     Fabric,
     GpuSpec,
     Interconnect,
@@ -127,7 +127,7 @@ def usable_gb(gpu: GpuSpec, offer_memory_gb: float | None = None) -> float:
     The reported MiB figure when the catalog has it; else the label (GiB) x LABEL_USABLE. An
     offer that states a larger memory than the catalog (a modded 48 GB RTX 4090) wins.
 
-    >>> from optimizer.hardware import get_gpu
+    >>> from rentopt.optimizer.hardware import get_gpu
     >>> round(usable_gb(get_gpu("RTX-4090-24GB")), 1)
     25.8
     """

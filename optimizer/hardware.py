@@ -30,8 +30,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from optimizer.errors import UnknownGpuError
-from optimizer.models import GpuMatch, GpuSpec
+from rentopt.optimizer.errors import UnknownGpuError
+from rentopt.optimizer.models import GpuMatch, GpuSpec
 
 CATALOG_RESOURCE = ("data", "gpus.toml")
 
@@ -189,7 +189,7 @@ def _spec_from_record(record: Mapping[str, Any], position: int) -> GpuSpec:
 
 @lru_cache(maxsize=1)
 def _packaged_catalog() -> dict[str, GpuSpec]:
-    text = resources.files("optimizer").joinpath(*CATALOG_RESOURCE).read_text(encoding="utf-8")
+    text = resources.files("rentopt.optimizer").joinpath(*CATALOG_RESOURCE).read_text(encoding="utf-8")
     return parse_catalog(text)
 
 

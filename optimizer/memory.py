@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from optimizer.models import MemoryBreakdown, MemoryEstimate, ModelSpec, TrainingSetup
+from rentopt.optimizer.models import MemoryBreakdown, MemoryEstimate, ModelSpec, TrainingSetup
 
 GB = 1e9
 
@@ -187,7 +187,7 @@ def _sharded(setup: TrainingSetup) -> bool:
 def adapter_params(model: ModelSpec, setup: TrainingSetup) -> int:
     """LoRA parameters: r * (d_in + d_out) per adapted matrix (Hu et al. 2021, arXiv:2106.09685).
 
-    >>> from optimizer.models import ModelSpec, TrainingSetup
+    >>> from rentopt.optimizer.models import ModelSpec, TrainingSetup
     >>> llama7 = ModelSpec(name="x", layers=32, hidden=4096, heads=32, kv_heads=32,
     ...                    intermediate=11008, vocab=32000)
     >>> adapter_params(llama7, TrainingSetup(mode="lora", lora_rank=8, lora_targets="q,v"))

@@ -32,8 +32,8 @@ from typing import Any, TextIO
 
 from pydantic import TypeAdapter, ValidationError
 
-from optimizer.errors import OffersFileError
-from optimizer.models import UNIT_HOURS, Offer, PriceOption, PriceUnit
+from rentopt.optimizer.errors import OffersFileError
+from rentopt.optimizer.models import UNIT_HOURS, Offer, PriceOption, PriceUnit
 
 # The CSV format, as explicit field lists (a new Offer field must not silently change it).
 REQUIRED_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "currency")
@@ -226,7 +226,7 @@ class _Row:
 
 
 def _offer_from_row(row: _Row, fetched_at: datetime, source: str) -> Offer:
-    from optimizer.hardware import get_gpu, normalise
+    from rentopt.optimizer.hardware import get_gpu, normalise
 
     spot = row.boolean("spot")
     options = []

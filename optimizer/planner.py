@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from optimizer.billing import (
+from rentopt.optimizer.billing import (
     Candidate,
     Decision,
     PlanCost,
@@ -33,14 +33,14 @@ from optimizer.billing import (
     transfer_cost,
     transfer_hours,
 )
-from optimizer.catalog import OfferSet
-from optimizer.currency import FxTable
-from optimizer.errors import NoFeasiblePlan
-from optimizer.feasibility import Fit, NodeShape, NoFit, Pins, find_layout
-from optimizer.gc_pause import gc_paused
-from optimizer.hardware import get_gpu
-from optimizer.memory import estimate
-from optimizer.models import (
+from rentopt.optimizer.catalog import OfferSet
+from rentopt.optimizer.currency import FxTable
+from rentopt.optimizer.errors import NoFeasiblePlan
+from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, find_layout
+from rentopt.optimizer.gc_pause import gc_paused
+from rentopt.optimizer.hardware import get_gpu
+from rentopt.optimizer.memory import estimate
+from rentopt.optimizer.models import (
     GpuSpec,
     MemoryEstimate,
     ModelSpec,
@@ -53,7 +53,7 @@ from optimizer.models import (
     Rejection,
     TrainingSetup,
 )
-from optimizer.timing import training_time
+from rentopt.optimizer.timing import training_time
 
 HOUR = Decimal(3600)
 
@@ -555,7 +555,7 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     `list_rejected=False` leaves `Quote.rejected` empty and only counts them in
     `rejected_count` (a table without --explain does not need 10,000 rejection records).
     """
-    from optimizer.solver import solve  # the only ortools user, imported when needed
+    from rentopt.optimizer.solver import solve  # the only ortools user, imported when needed
 
     fx.rate(req.currency)  # an unknown quote currency is an input error before any work
     planner = _Planner(req, offers, fx)

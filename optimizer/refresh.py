@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Literal
 
-from optimizer.errors import StoreError
-from optimizer.paths import rentopt_home
-from optimizer.store import open_readonly, open_writable, store_path
+from rentopt.optimizer.errors import StoreError
+from rentopt.optimizer.paths import rentopt_home
+from rentopt.optimizer.store import open_readonly, open_writable, store_path
 
 LOCK_FILENAME = "refresh.lock"
 Progress = Callable[[str], None]
@@ -64,7 +64,7 @@ class RefreshReport:
 def run_refresh(names: list[str] | None = None, *, progress: Progress | None = None, settings=None,
                 transport=None) -> RefreshReport:
     """Refresh `names` (all registered providers when None) into the price store."""
-    from providers.base import get_providers
+    from rentopt.providers.base import get_providers
 
     providers = get_providers(names)  # InputError for an unknown name, before any side effect
     requested = set(names or ())
@@ -101,7 +101,7 @@ def run_refresh(names: list[str] | None = None, *, progress: Progress | None = N
 
 async def _fetch_all(providers, settings, transport, progress: Progress | None):
     """providers.base.fetch_all over one shared client, reporting each provider as it finishes."""
-    from providers.base import fetch_all
+    from rentopt.providers.base import fetch_all
 
     on_done = (lambda outcome: progress(describe_outcome(outcome))) if progress else None
     return await fetch_all(providers, settings, transport, on_done=on_done)
@@ -219,7 +219,7 @@ class Overview:
 
 def provider_overview() -> Overview:
     """Registered providers with their key status and their state in the store (read-only)."""
-    from providers.base import load_providers
+    from rentopt.providers.base import load_providers
 
     registry, broken = load_providers()
     store = open_readonly(store_path())
@@ -255,7 +255,7 @@ def _key_status(provider) -> str:
 def format_overview(overview: Overview, now: datetime | None = None) -> str:
     from tabulate import tabulate
 
-    from optimizer.offers_io import age
+    from rentopt.optimizer.offers_io import age
 
     now = now or datetime.now(timezone.utc)
     rows = []

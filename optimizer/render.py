@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from optimizer.feasibility import Fit
-from optimizer.models import MemoryEstimate, ModelSpec, Plan, Quote, TrainingSetup
-from optimizer.offers_io import age_words
+from rentopt.optimizer.feasibility import Fit
+from rentopt.optimizer.models import MemoryEstimate, ModelSpec, Plan, Quote, TrainingSetup
+from rentopt.optimizer.offers_io import age_words
 
 CLASS_ORDER = ("datacenter", "workstation", "consumer")
 
@@ -116,7 +116,7 @@ def money(amount: Decimal, currency: str) -> str:
     >>> money(Decimal("1234.565"), "USD")
     '1,234.57 USD'
     """
-    from optimizer.billing import round_money
+    from rentopt.optimizer.billing import round_money
 
     return f"{round_money(amount, currency):,} {currency}"
 

@@ -31,19 +31,19 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
-from optimizer import __version__
-from optimizer.catalog import OfferSet, load_offers
-from optimizer.charts import PALETTE, Bar, bar_chart, esc, line_chart
-from optimizer.currency import FxTable, round_money
-from optimizer.errors import InputError, NoFeasiblePlan, StoreError
-from optimizer.hardware import get_gpu
-from optimizer.models import FxRate, GpuSpec, ModelSpec, Offer, Origin, Plan, PlanStage, PriceUnit, TrainingSetup
-from optimizer.offers_io import UNIT_ORDER, age_words, hour_price
-from optimizer.offers_io import money as unit_price
-from optimizer.planner import QuoteRequest, build_quote
-from optimizer.render import money, number
-from optimizer.store import open_readonly, store_path
-from optimizer.workload import resolve_model
+from rentopt import __version__
+from rentopt.optimizer.catalog import OfferSet, load_offers
+from rentopt.optimizer.charts import PALETTE, Bar, bar_chart, esc, line_chart
+from rentopt.optimizer.currency import FxTable, round_money
+from rentopt.optimizer.errors import InputError, NoFeasiblePlan, StoreError
+from rentopt.optimizer.hardware import get_gpu
+from rentopt.optimizer.models import FxRate, GpuSpec, ModelSpec, Offer, Origin, Plan, PlanStage, PriceUnit, TrainingSetup
+from rentopt.optimizer.offers_io import UNIT_ORDER, age_words, hour_price
+from rentopt.optimizer.offers_io import money as unit_price
+from rentopt.optimizer.planner import QuoteRequest, build_quote
+from rentopt.optimizer.render import money, number
+from rentopt.optimizer.store import open_readonly, store_path
+from rentopt.optimizer.workload import resolve_model
 
 Format = Literal["markdown", "html"]
 TrainMode = Literal["full", "lora", "qlora"]
@@ -75,7 +75,7 @@ def parse_since(text: str) -> timedelta:
     >>> parse_since("soon")
     Traceback (most recent call last):
     ...
-    optimizer.errors.InputError: --since 'soon' is not a window such as 7d, 30d, 12w or 6m (days, weeks, months)
+    rentopt.optimizer.errors.InputError: --since 'soon' is not a window such as 7d, 30d, 12w or 6m (days, weeks, months)
     """
     m = re.fullmatch(r"\s*(\d+)\s*([dwm])\s*", text or "", re.IGNORECASE)
     if not m or int(m.group(1)) == 0:
@@ -116,7 +116,7 @@ def parse_workload(text: str) -> Workload:
     >>> parse_workload("13b sing 3d")
     Traceback (most recent call last):
     ...
-    optimizer.errors.InputError: --workload '13b sing 3d': mode 'sing' is not one of full, lora, qlora
+    rentopt.optimizer.errors.InputError: --workload '13b sing 3d': mode 'sing' is not one of full, lora, qlora
     """
     parts = (text or "").split()
     usage = f'--workload {text!r} is not MODEL MODE DAYSd or MODEL MODE TOKENS, e.g. "13b lora 10d" or "7b full 2B"'

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
-from optimizer.billing import (
+from rentopt.optimizer.billing import (
     SCALE,
     SECONDS_PER_HOUR,
     Candidate,
@@ -61,7 +61,7 @@ from optimizer.billing import (
     round_money,
     seconds_to_cover,
 )
-from optimizer.errors import NoFeasiblePlan
+from rentopt.optimizer.errors import NoFeasiblePlan
 
 log = logging.getLogger("rentopt.solver")
 

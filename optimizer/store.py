@@ -37,12 +37,12 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from optimizer.errors import StoreError
-from optimizer.gc_pause import gc_paused
-from optimizer.models import Offer, PlanRow, plan_row
-from optimizer.paths import rentopt_home
-from optimizer.redact import redact
-from optimizer.offers_io import hour_price
+from rentopt.optimizer.errors import StoreError
+from rentopt.optimizer.gc_pause import gc_paused
+from rentopt.optimizer.models import Offer, PlanRow, plan_row
+from rentopt.optimizer.paths import rentopt_home
+from rentopt.optimizer.redact import redact
+from rentopt.optimizer.offers_io import hour_price
 
 STORE_FILENAME = "prices.sqlite"
 # PRAGMA application_id marks the file as a rentopt store: the ASCII bytes "RNTO", chosen by us

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from optimizer.models import GpuSpec, Layout, ModelSpec, TrainingSetup
+from rentopt.optimizer.models import GpuSpec, Layout, ModelSpec, TrainingSetup
 
 # Training FLOPs: forward 2 FLOPs per parameter per token, backward twice that = 6N (Kaplan et
 # al. 2020, arXiv:2001.08361 §2.1); full activation recomputation adds one forward = 8N
@@ -56,7 +56,7 @@ class TrainingTime:
 def flops_per_token(model: ModelSpec, setup: TrainingSetup) -> float:
     """Training FLOPs per token (forward + backward + recomputation) for the whole model.
 
-    >>> from optimizer.models import ModelSpec, TrainingSetup
+    >>> from rentopt.optimizer.models import ModelSpec, TrainingSetup
     >>> m = ModelSpec(name="x", layers=32, hidden=4096, heads=32, kv_heads=32, intermediate=11008,
     ...               vocab=32000, params=6_738_415_616)
     >>> full = flops_per_token(m, TrainingSetup(mode="full", grad_checkpointing=False, seq_len=2048))

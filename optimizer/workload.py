@@ -19,8 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from optimizer.errors import InputError, UnknownModelError
-from optimizer.models import ModelSpec
+from rentopt.optimizer.errors import InputError, UnknownModelError
+from rentopt.optimizer.models import ModelSpec
 
 # Sizes above this are a typo, not a model: the largest published dense decoders are ~0.5T
 # (Llama-3.1-405B; Megatron-Turing NLG 530B, arXiv:2201.11990) and the largest MoE ~1T.
@@ -66,11 +66,11 @@ def parse_size(text: str) -> int | None:
     >>> parse_size("0b")
     Traceback (most recent call last):
     ...
-    optimizer.errors.InputError: model size '0b' must be more than zero parameters, e.g. 7b or 350m.
+    rentopt.optimizer.errors.InputError: model size '0b' must be more than zero parameters, e.g. 7b or 350m.
     >>> parse_size("3t")
     Traceback (most recent call last):
     ...
-    optimizer.errors.InputError: model size '3t' is over 2T parameters; check the unit (b = billions, m = millions).
+    rentopt.optimizer.errors.InputError: model size '3t' is over 2T parameters; check the unit (b = billions, m = millions).
     """
     match = _SIZE_RE.match(text.strip())
     if not match:
@@ -127,7 +127,7 @@ def _normalise(name: str) -> str:
 
 @cache
 def _catalog() -> _Catalog:
-    text = resources.files("optimizer").joinpath("data/models.toml").read_text(encoding="utf-8")
+    text = resources.files("rentopt.optimizer").joinpath("data/models.toml").read_text(encoding="utf-8")
     return _build_catalog(tomllib.loads(text))
 
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from optimizer.errors import ProviderError, ProviderSchemaError
-from optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
-from providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
+from rentopt.optimizer.errors import ProviderError, ProviderSchemaError
+from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from rentopt.providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
 
 OFFER_PATH = "/offers/v1.0/aws/AmazonEC2/current/{region}/index.json"
 SPOT_URL = "https://website.spot.ec2.aws.a2z.com/spot.json"

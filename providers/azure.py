@@ -25,8 +25,8 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
-from providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
+from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from rentopt.providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
 
 PRICES_PATH = "/api/retail/prices"
 # Savings-plan prices are only returned by the preview version; it also makes filter values

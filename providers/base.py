@@ -38,9 +38,9 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from optimizer.errors import InputError, ProviderError, ProviderSchemaError
-from optimizer.models import Offer, PriceOption
-from optimizer.redact import redact
+from rentopt.optimizer.errors import InputError, ProviderError, ProviderSchemaError
+from rentopt.optimizer.models import Offer, PriceOption
+from rentopt.optimizer.redact import redact
 
 ENTRY_POINT_GROUP = "rentopt.providers"
 log = logging.getLogger("rentopt.providers")
@@ -305,7 +305,7 @@ class FetchContext:
         Returns None (and counts a skip) when the row has no usable price or fails validation.
         An unknown GPU name is kept with its raw spelling and counted, never dropped.
         """
-        from optimizer.hardware import normalise  # hardware is data, loaded on first use
+        from rentopt.optimizer.hardware import normalise  # hardware is data, loaded on first use
 
         row_id = str(fields.get("offer_id", "?"))
         if not price_options:
@@ -315,7 +315,7 @@ class FetchContext:
         if match.status in ("unknown", "ambiguous"):
             self.unknown_gpus.add(gpu_raw)
         if gpu_memory_gb is None:
-            from optimizer.hardware import get_gpu
+            from rentopt.optimizer.hardware import get_gpu
 
             gpu_memory_gb = get_gpu(match.gpu).memory_gb if match.gpu else None
         if not gpu_memory_gb:
@@ -359,12 +359,33 @@ class BrokenPlugin:
     error: str
 
 
-@cache
+# RENTOPT_PLUGINS=builtin loads only the plugins rentopt itself ships (the test suite sets it,
+# so a third-party plugin installed in the same environment never changes a test's result);
+# the default, "all", also loads every other registered plugin.
+PLUGINS_ENV = "RENTOPT_PLUGINS"
+BUILTIN_DISTRIBUTION = "rentopt"
+
+
 def load_providers() -> tuple[dict[str, type[Provider]], tuple[BrokenPlugin, ...]]:
     """All registered provider classes by name, and the entry points that failed to load."""
+    mode = os.environ.get(PLUGINS_ENV, "all").strip().lower() or "all"
+    if mode not in ("all", "builtin"):
+        raise InputError(f"{PLUGINS_ENV}={mode!r}: use 'all' (default) or 'builtin'")
+    return _load_providers(mode == "builtin")
+
+
+def _is_builtin(ep) -> bool:  # type: ignore[no-untyped-def]
+    dist = getattr(ep, "dist", None)
+    return dist is not None and (dist.metadata["Name"] or "").lower() == BUILTIN_DISTRIBUTION
+
+
+@cache
+def _load_providers(builtin_only: bool) -> tuple[dict[str, type[Provider]], tuple[BrokenPlugin, ...]]:
     found: dict[str, type[Provider]] = {}
     broken: list[BrokenPlugin] = []
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if builtin_only and not _is_builtin(ep):
+            continue
         try:
             cls = ep.load()
         except Exception as exc:  # a broken third-party plugin must not break rentopt
@@ -378,6 +399,9 @@ def load_providers() -> tuple[dict[str, type[Provider]], tuple[BrokenPlugin, ...
             continue
         found[cls.name] = cls
     return found, tuple(broken)
+
+
+load_providers.cache_clear = _load_providers.cache_clear  # type: ignore[attr-defined]
 
 
 def provider_names() -> list[str]:

@@ -20,9 +20,9 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from optimizer.errors import ProviderError
-from optimizer.models import Offer, PriceOption, PriceUnit
-from providers.base import BillingRules, FetchContext, Provider, to_decimal
+from rentopt.optimizer.errors import ProviderError
+from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
+from rentopt.providers.base import BillingRules, FetchContext, Provider, to_decimal
 
 CLIENT_ID_ENV = "DATACRUNCH_CLIENT_ID"
 CLIENT_SECRET_ENV = "DATACRUNCH_CLIENT_SECRET"

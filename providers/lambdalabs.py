@@ -17,8 +17,8 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from optimizer.models import Offer, PriceOption, PriceUnit
-from providers.base import BillingRules, FetchContext, Provider, to_decimal
+from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
+from rentopt.providers.base import BillingRules, FetchContext, Provider, to_decimal
 
 # Lambda's filesystems: "billed per GiB used per month in one-hour increments", example rate
 # $0.20 per GiB per month on a 720-hour month, and "you are not charged for ingress or egress"

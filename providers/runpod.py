@@ -22,8 +22,8 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from optimizer.models import Offer, PriceOption, PriceUnit
-from providers.base import BillingRules, FetchContext, Provider, to_decimal
+from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
+from rentopt.providers.base import BillingRules, FetchContext, Provider, to_decimal
 
 # All GPU types in one call, with the fields gpuhunt's and runpod-python's queries use
 # (dstackai/gpuhunt providers/runpod.py; runpod/runpod-python runpod/api/queries/gpus.py).

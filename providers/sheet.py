@@ -27,10 +27,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from optimizer.errors import InputError
-from optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
-from optimizer.paths import rentopt_home
-from providers.base import BillingRules, FetchContext, Provider
+from rentopt.optimizer.errors import InputError
+from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from rentopt.optimizer.paths import rentopt_home
+from rentopt.providers.base import BillingRules, FetchContext, Provider
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "sheets"
 SHEET_SUFFIXES = (".toml", ".yaml", ".yml", ".json")

@@ -20,9 +20,9 @@ import logging
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-from optimizer.hardware import get_gpu, memory_matches
-from optimizer.models import Offer, PriceOption, PriceUnit
-from providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
+from rentopt.optimizer.hardware import get_gpu, memory_matches
+from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
+from rentopt.providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
 
 log = logging.getLogger("rentopt.providers")
 

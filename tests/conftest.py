@@ -22,6 +22,8 @@ def isolated_env(tmp_path, monkeypatch):
             monkeypatch.delenv(name, raising=False)
     home = tmp_path / "rentopt-home"
     monkeypatch.setenv("RENTOPT_HOME", str(home))
+    # Only rentopt's own plugins: one installed next to it must not change a test's result.
+    monkeypatch.setenv("RENTOPT_PLUGINS", "builtin")
     yield home
 
 

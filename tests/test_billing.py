@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from optimizer.billing import (
+from rentopt.optimizer.billing import (
     Block,
     Candidate,
     Decision,
@@ -30,9 +30,9 @@ from optimizer.billing import (
     transfer_cost,
     transfer_hours,
 )
-from optimizer.currency import FxTable
-from optimizer.models import Offer, PriceOption, PriceUnit
-from optimizer.solver import solve
+from rentopt.optimizer.currency import FxTable
+from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
+from rentopt.optimizer.solver import solve
 
 D = Decimal
 DAY, WEEK, MONTH, TERM, HOUR = PriceUnit.DAY, PriceUnit.WEEK, PriceUnit.MONTH, PriceUnit.TERM, PriceUnit.HOUR

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import catalog
-from optimizer.catalog import find_offers, load_offers, sort_offers
-from optimizer.errors import InputError, StoreError
-from optimizer.models import Offer, PriceOption
-from optimizer.store import OfferQuery, open_writable, store_path
+from rentopt.optimizer import catalog
+from rentopt.optimizer.catalog import find_offers, load_offers, sort_offers
+from rentopt.optimizer.errors import InputError, StoreError
+from rentopt.optimizer.models import Offer, PriceOption
+from rentopt.optimizer.store import OfferQuery, open_writable, store_path
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 12, 1, 6, tzinfo=timezone.utc)
@@ -185,47 +185,3 @@ def test_find_offers_filters_sorts_and_limits_the_bundled_snapshot(rentopt_home)
     assert all(o.gpu == "H100-SXM-80GB" and o.gpus >= 8 for o in found.offers)
     everything = [o for o in catalog.bundled_snapshot().offers if query.matches(o)]
     assert found.offers == sort_offers(everything, "price")[:3]
-
-
-# --------------------------------------------------------------------------------------------
-# The snapshot ships inside a regular (non-editable) install
-
-
-@pytest.mark.slow
-def test_a_regular_install_carries_the_snapshot(tmp_path):
-    source = tmp_path / "src"
-    source.mkdir()
-    shutil.copy(ROOT / "pyproject.toml", source)
-    for package in ("optimizer", "providers"):
-        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-    if (ROOT / "README.md").exists():
-        shutil.copy(ROOT / "README.md", source)
-    else:  # pyproject names a readme; its absence is not what this test is about
-        (source / "README.md").write_text("rentopt\n")
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    # The dependencies are already installed here: point the new venv at them (no network).
-    import pydantic
-
-    Path(site, "_rentopt_test_deps.pth").write_text(str(Path(pydantic.__file__).resolve().parent.parent) + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--no-index", str(source)], check=True, cwd=tmp_path)
-    home = tmp_path / "empty-home"
-    check = textwrap.dedent("""
-        import optimizer, sys
-        from optimizer.catalog import load_offers
-        found = load_offers()
-        assert found.origin == "bundled", found.origin
-        assert "site-packages" in optimizer.__file__, optimizer.__file__
-        print(len(found.offers), found.label)
-    """)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"RENTOPT_HOME": str(home)}
-    result = subprocess.run([str(python), "-c", check], capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
-    count, label = result.stdout.split(" ", 1)
-    assert int(count) == len(catalog.bundled_snapshot().offers)
-    assert label.startswith("bundled snapshot of 2026-11-28")
-    assert not home.exists()

@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from optimizer.currency import FxTable, default_config_path, parse_fx_option, round_money
-from optimizer.errors import InputError
+from rentopt.optimizer.currency import FxTable, default_config_path, parse_fx_option, round_money
+from rentopt.optimizer.errors import InputError
 
 D = Decimal
 

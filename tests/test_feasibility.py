@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from optimizer.feasibility import (
+from rentopt.optimizer.feasibility import (
     Fit,
     NodeShape,
     NoFit,
@@ -16,9 +16,9 @@ from optimizer.feasibility import (
     scaling_prior,
     usable_gb,
 )
-from optimizer.hardware import get_gpu
-from optimizer.models import TrainingSetup
-from optimizer.workload import resolve_model
+from rentopt.optimizer.hardware import get_gpu
+from rentopt.optimizer.models import TrainingSetup
+from rentopt.optimizer.workload import resolve_model
 
 LLAMA7 = resolve_model("llama-2-7b")
 LLAMA13 = resolve_model("llama-2-13b")

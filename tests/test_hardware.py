@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.cli import cli
-from optimizer.errors import InputError, UnknownGpuError
-from optimizer.hardware import (
+from rentopt.optimizer.cli import cli
+from rentopt.optimizer.errors import InputError, UnknownGpuError
+from rentopt.optimizer.hardware import (
     FORM_FACTORS,
     GPU_CLASSES,
     all_gpus,
@@ -28,11 +28,11 @@ from optimizer.hardware import (
     select_gpus,
     variant_of,
 )
-from optimizer.models import GpuSpec
+from rentopt.optimizer.models import GpuSpec
 
 
 def raw_records() -> list[dict]:
-    text = resources.files("optimizer").joinpath("data", "gpus.toml").read_text(encoding="utf-8")
+    text = resources.files("rentopt.optimizer").joinpath("data", "gpus.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)["gpu"]
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.memory import (
+from rentopt.optimizer.memory import (
     NF4_BITS,
     NF4_DQ_BITS,
     adapter_params,
@@ -14,7 +14,7 @@ from optimizer.memory import (
     model_states_gb,
     trainable_params,
 )
-from optimizer.models import ModelSpec, TrainingSetup
+from rentopt.optimizer.models import ModelSpec, TrainingSetup
 
 LLAMA2_7B = ModelSpec(name="llama-2-7b", layers=32, hidden=4096, heads=32, kv_heads=32,
                       intermediate=11008, vocab=32000, params=6_738_415_616)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.memory import estimate, model_states_gb
-from optimizer.models import ModelSpec, TrainingSetup
+from rentopt.optimizer.memory import estimate, model_states_gb
+from rentopt.optimizer.models import ModelSpec, TrainingSetup
 
 DATA = Path(__file__).parent / "data" / "memory-measurements.json"
 GIB = 2**30

@@ -14,9 +14,9 @@ import statistics
 
 import pytest
 
-from optimizer.memory import estimate
-from optimizer.models import ModelSpec, TrainingSetup
-from optimizer.workload import resolve_model
+from rentopt.optimizer.memory import estimate
+from rentopt.optimizer.models import ModelSpec, TrainingSetup
+from rentopt.optimizer.workload import resolve_model
 
 # Architectures not among the presets, from their Hugging Face config.json files.
 PHI_15 = ModelSpec(name="phi-1.5", layers=24, hidden=2048, heads=32, kv_heads=32, intermediate=8192,

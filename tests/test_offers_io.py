@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from optimizer.errors import OffersFileError
-from optimizer.models import Offer, PriceOption, PriceUnit
-from optimizer.offers_io import (
+from rentopt.optimizer.errors import OffersFileError
+from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
+from rentopt.optimizer.offers_io import (
     CSV_COLUMNS, hour_price, offer_table_rows, parse_offers_json, read_offers_file, write_offers_csv,
     write_offers_json,
 )

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from optimizer.cli import cli
-from optimizer.models import Offer, PriceOption
-from optimizer.workload import resolve_model
+from rentopt.optimizer.cli import cli
+from rentopt.optimizer.models import Offer, PriceOption
+from rentopt.optimizer.workload import resolve_model
 
 FETCHED = datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
 
@@ -297,7 +297,7 @@ def test_bundled_snapshot_quote_works_offline_with_an_empty_home():
     (["--model", "13b", "--mode", "qlora", "--precision", "fp32", "--days", "1"], 2, "qlora"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, code, text):
-    proc = subprocess.run([sys.executable, "-c", "from optimizer.cli import main; main()", "quote", *args],
+    proc = subprocess.run([sys.executable, "-c", "from rentopt.optimizer.cli import main; main()", "quote", *args],
                           capture_output=True, text=True)
     assert proc.returncode == code, proc.stderr
     assert text in proc.stderr

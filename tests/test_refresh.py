@@ -22,15 +22,15 @@ import pytest
 import respx
 from click.testing import CliRunner
 
-import providers.base as base
-from optimizer.cli import cli
-from optimizer.errors import StoreError
-from optimizer.models import PriceOption
-from optimizer.refresh import LOCK_FILENAME, format_report, provider_overview, refresh_lock, run_refresh
-from optimizer.store import open_readonly, store_path
-from providers.base import FetchContext, HttpSettings, Provider
-from providers.lambdalabs import LambdaProvider
-from providers.vast import VastProvider
+import rentopt.providers.base as base
+from rentopt.optimizer.cli import cli
+from rentopt.optimizer.errors import StoreError
+from rentopt.optimizer.models import PriceOption
+from rentopt.optimizer.refresh import LOCK_FILENAME, format_report, provider_overview, refresh_lock, run_refresh
+from rentopt.optimizer.store import open_readonly, store_path
+from rentopt.providers.base import FetchContext, HttpSettings, Provider
+from rentopt.providers.lambdalabs import LambdaProvider
+from rentopt.providers.vast import VastProvider
 from tools.fixture_routes import install_respx, load_manifest
 
 SECRET = "sk-test-SECRET-123"
@@ -324,7 +324,7 @@ def test_unknown_gpu_names_are_kept_and_counted(registry):
 
 def test_an_unknown_provider_name_changes_nothing(registry, rentopt_home):
     registry(fake("a"))
-    from optimizer.errors import InputError
+    from rentopt.optimizer.errors import InputError
 
     with pytest.raises(InputError, match="unknown provider nope"):
         run_refresh(["nope"])
@@ -340,7 +340,7 @@ def test_a_second_refresh_while_one_runs_fails_clearly(registry, rentopt_home):
     rentopt_home.mkdir(parents=True)
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from optimizer.refresh import refresh_lock\n"
+         "import sys, time; from pathlib import Path; from rentopt.optimizer.refresh import refresh_lock\n"
          "with refresh_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(30)",
          str(rentopt_home / LOCK_FILENAME)],
         stdout=subprocess.PIPE, text=True,
@@ -464,7 +464,7 @@ def test_offers_filters_by_price_in_the_offers_own_currency(rentopt_home):
     result = CliRunner().invoke(cli, ["offers", "--max-price", "1.5", "--currency", "usd", "--format", "json", "--sort", "gpu"])
     offers = json.loads(result.stdout)
     assert offers and all(o["currency"] == "USD" for o in offers)
-    from optimizer.offers_io import hour_price
-    from optimizer.models import Offer
+    from rentopt.optimizer.offers_io import hour_price
+    from rentopt.optimizer.models import Offer
 
     assert all(hour_price(Offer.model_validate(o)) <= Decimal("1.5") for o in offers)

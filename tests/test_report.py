@@ -32,14 +32,14 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-import providers.base as base
-from optimizer.cli import cli
-from optimizer.currency import FxTable
-from optimizer.errors import InputError
-from optimizer.offers_io import hour_price
-from optimizer.offers_io import money as unit_price
-from optimizer.refresh import run_refresh
-from optimizer.report import (
+import rentopt.providers.base as base
+from rentopt.optimizer.cli import cli
+from rentopt.optimizer.currency import FxTable
+from rentopt.optimizer.errors import InputError
+from rentopt.optimizer.offers_io import hour_price
+from rentopt.optimizer.offers_io import money as unit_price
+from rentopt.optimizer.refresh import run_refresh
+from rentopt.optimizer.report import (
     REFERENCE_WORKLOADS,
     SECTIONS,
     ReportRequest,
@@ -51,9 +51,9 @@ from optimizer.report import (
     render_html,
     render_markdown,
 )
-from optimizer.charts import nice_ticks
-from optimizer.store import open_readonly
-from providers.base import HttpSettings, load_providers
+from rentopt.optimizer.charts import nice_ticks
+from rentopt.optimizer.store import open_readonly
+from rentopt.providers.base import HttpSettings, load_providers
 from tools.build_snapshot import find_route
 from tools.fixture_routes import load_manifest
 

@@ -6,10 +6,10 @@ from decimal import Decimal
 
 import pytest
 
-from optimizer.billing import Block, Candidate, PlanInstance, RentalPricing, plan_cost
-from optimizer.errors import NoFeasiblePlan
-from optimizer.models import PriceUnit
-from optimizer.solver import prune, solve
+from rentopt.optimizer.billing import Block, Candidate, PlanInstance, RentalPricing, plan_cost
+from rentopt.optimizer.errors import NoFeasiblePlan
+from rentopt.optimizer.models import PriceUnit
+from rentopt.optimizer.solver import prune, solve
 
 D = Decimal
 

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimizer.billing import (
+from rentopt.optimizer.billing import (
     Block,
     Candidate,
     Decision,
@@ -31,9 +31,9 @@ from optimizer.billing import (
     cheapest_cover,
     plan_cost,
 )
-from optimizer.errors import NoFeasiblePlan
-from optimizer.models import PriceUnit
-from optimizer.solver import prune, solve
+from rentopt.optimizer.errors import NoFeasiblePlan
+from rentopt.optimizer.models import PriceUnit
+from rentopt.optimizer.solver import prune, solve
 
 TOP_K = 3
 

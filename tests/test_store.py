@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import store
-from optimizer.errors import StoreError
-from optimizer.models import Offer, PriceOption, PriceUnit, plan_row
-from optimizer.store import OfferQuery, open_readonly, open_writable
+from rentopt.optimizer import store
+from rentopt.optimizer.errors import StoreError
+from rentopt.optimizer.models import Offer, PriceOption, PriceUnit, plan_row
+from rentopt.optimizer.store import OfferQuery, open_readonly, open_writable
 
 T0 = datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
 

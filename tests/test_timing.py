@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.feasibility import Fit, NodeShape, find_layout
-from optimizer.hardware import get_gpu
-from optimizer.models import TrainingSetup
-from optimizer.timing import MFU_PRIOR, QLORA_SPEED, flops_per_token, training_time
-from optimizer.workload import resolve_model
+from rentopt.optimizer.feasibility import Fit, NodeShape, find_layout
+from rentopt.optimizer.hardware import get_gpu
+from rentopt.optimizer.models import TrainingSetup
+from rentopt.optimizer.timing import MFU_PRIOR, QLORA_SPEED, flops_per_token, training_time
+from rentopt.optimizer.workload import resolve_model
 
 LLAMA7 = resolve_model("llama-2-7b")
 

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 from click.testing import CliRunner
 
-from optimizer.cli import cli
-from optimizer.errors import InputError, UnknownModelError
-from optimizer.workload import (
+from rentopt.optimizer.cli import cli
+from rentopt.optimizer.errors import InputError, UnknownModelError
+from rentopt.optimizer.workload import (
     _build_catalog,
     list_presets,
     load_presets,

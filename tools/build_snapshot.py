@@ -95,18 +95,18 @@ def scrubbed_environment(providers: list) -> Iterator[None]:
 
 def builtin_providers() -> list:
     """The providers shipped in this repository (a third-party plugin never enters the snapshot)."""
-    from providers.base import load_providers
+    from rentopt.providers.base import load_providers
 
     registry, broken = load_providers()
-    mine = [b for b in broken if b.error.startswith("cannot import providers.")]
+    mine = [b for b in broken if b.error.startswith("cannot import rentopt.providers.")]
     if mine:
         raise SnapshotBuildError("; ".join(f"{b.name}: {b.error}" for b in mine))
-    return [cls for _, cls in sorted(registry.items()) if cls.__module__.startswith("providers.")]
+    return [cls for _, cls in sorted(registry.items()) if cls.__module__.startswith("rentopt.providers.")]
 
 
 def build(fixtures: Path = FIXTURES) -> dict:
     """The snapshot document: {"format", "providers": [...], "offers": [...]}."""
-    from providers.base import HttpSettings, fetch_all
+    from rentopt.providers.base import HttpSettings, fetch_all
 
     classes = builtin_providers()
     entries, offers = [], []

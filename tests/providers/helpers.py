@@ -15,8 +15,8 @@ import httpx
 import pytest
 import respx
 
-from optimizer.models import Offer
-from providers.base import FetchOutcome, HttpSettings, Provider, fetch_one
+from rentopt.optimizer.models import Offer
+from rentopt.providers.base import FetchOutcome, HttpSettings, Provider, fetch_one
 from tools.fixture_routes import FIXTURES, install_respx, load_manifest
 
 # respx answers every request, so no TLS happens; one shared context spares each test the

@@ -9,7 +9,7 @@ from decimal import Decimal
 import httpx
 import respx
 
-from providers.aws import FAMILIES, AwsProvider, network_gbps
+from rentopt.providers.aws import FAMILIES, AwsProvider, network_gbps
 from tests.providers.helpers import fetch, fetch_recorded, recorded_at, recorded_fixtures
 from tools.fixture_routes import FIXTURES
 

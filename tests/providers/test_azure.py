@@ -12,7 +12,7 @@ import httpx
 import pytest
 import respx
 
-from providers.azure import (
+from rentopt.providers.azure import (
     DEFAULT_REGIONS,
     SIZES,
     AzureProvider,

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import respx
 
-from providers.datacrunch import DataCrunchProvider
+from rentopt.providers.datacrunch import DataCrunchProvider
 from tests.providers.helpers import fetch, fetch_recorded, recorded_at, recorded_fixtures
 from tools.fixture_routes import FIXTURES
 

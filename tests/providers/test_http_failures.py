@@ -15,7 +15,7 @@ import httpx
 import pytest
 import respx
 
-from providers.base import FetchContext, FetchOutcome, Provider, load_providers, provider_names
+from rentopt.providers.base import FetchContext, FetchOutcome, Provider, load_providers, provider_names
 from tests.providers.helpers import FAST, credential_envs, fetch, fetch_recorded, replays_http
 from tools.fixture_routes import install_respx
 

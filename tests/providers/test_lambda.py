@@ -11,7 +11,7 @@ import httpx
 import pytest
 import respx
 
-from providers.lambdalabs import LambdaProvider
+from rentopt.providers.lambdalabs import LambdaProvider
 from tests.providers.helpers import fetch, fetch_answering, fetch_recorded, recorded_at, recorded_fixtures
 from tools.fixture_routes import FIXTURES
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 import respx
 
-from providers.base import (
+from rentopt.providers.base import (
     ENTRY_POINT_GROUP,
     Provider,
     fetch_all,
@@ -19,10 +19,10 @@ from providers.base import (
     load_providers,
     provider_names,
 )
-from providers.datacrunch import DataCrunchProvider
-from providers.lambdalabs import LambdaProvider
-from providers.runpod import RunpodProvider
-from providers.vast import VastProvider
+from rentopt.providers.datacrunch import DataCrunchProvider
+from rentopt.providers.lambdalabs import LambdaProvider
+from rentopt.providers.runpod import RunpodProvider
+from rentopt.providers.vast import VastProvider
 from tests.providers.helpers import FAST, credential_envs, fetch, replays_http
 from tools.fixture_routes import FIXTURES, install_respx, load_manifest
 
@@ -100,7 +100,7 @@ def test_a_refresh_through_the_override_never_touches_the_real_api(name, monkeyp
 # -- discovery from outside the package ---------------------------------------------------------
 
 EXTERNAL_PLUGIN = '''
-from providers.base import Provider
+from rentopt.providers.base import Provider
 
 
 class AcmeProvider(Provider):
@@ -126,6 +126,7 @@ def installed_elsewhere(tmp_path, monkeypatch):
         "notaprovider = json:JSONDecoder\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("RENTOPT_PLUGINS", "all")  # this test asks for third-party plugins
     load_providers.cache_clear()
     yield
     load_providers.cache_clear()
@@ -166,3 +167,18 @@ def test_fetch_all_keeps_going_when_one_provider_fails(monkeypatch):
     status = {o.provider: o.status for o in outcomes}
     assert status == {"vast": "ok", "lambda": "ok", "datacrunch": "ok", "runpod": "failed"}
     assert all(o.offers for o in outcomes if o.status == "ok")
+
+
+def test_builtin_mode_never_loads_a_plugin_installed_next_to_rentopt(installed_elsewhere, monkeypatch):
+    monkeypatch.setenv("RENTOPT_PLUGINS", "builtin")
+    found, broken = load_providers()
+    assert "acme" not in found and broken == ()
+    assert {"vast", "runpod", "lambda", "datacrunch", "sheet"} <= set(found)
+
+
+def test_an_unknown_plugins_mode_is_a_clear_error(monkeypatch):
+    from rentopt.optimizer.errors import InputError
+
+    monkeypatch.setenv("RENTOPT_PLUGINS", "some")
+    with pytest.raises(InputError, match="RENTOPT_PLUGINS='some'"):
+        load_providers()

@@ -10,9 +10,9 @@ from functools import partial
 
 import httpx
 
-from optimizer.models import PriceUnit
-from providers.base import FetchContext
-from providers.runpod import RunpodProvider, parse_gpu_type
+from rentopt.optimizer.models import PriceUnit
+from rentopt.providers.base import FetchContext
+from rentopt.providers.runpod import RunpodProvider, parse_gpu_type
 from tests.providers.helpers import FAST, TLS, fetch_answering, fetch_recorded, recorded_at, recorded_fixtures
 from tools.fixture_routes import FIXTURES
 

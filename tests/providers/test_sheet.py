@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.sheet import BUNDLED_DIR, SheetError, SheetProvider, collect_sheets, load_sheet
+from rentopt.providers.sheet import BUNDLED_DIR, SheetError, SheetProvider, collect_sheets, load_sheet
 from tests.providers.helpers import fetch as fetch_provider
 from tests.providers.helpers import offers_by_id as by_id
 from tests.providers.helpers import recorded_at
@@ -240,7 +240,7 @@ def test_when_no_sheet_is_usable_the_provider_fails(tmp_path, user_sheets):
 def test_all_sheets_broken_fails_the_refresh(monkeypatch, tmp_path, user_sheets):
     empty = tmp_path / "no-bundled"
     empty.mkdir()
-    monkeypatch.setattr("providers.sheet.BUNDLED_DIR", empty)
+    monkeypatch.setattr("rentopt.providers.sheet.BUNDLED_DIR", empty)
     (user_sheets / "broken.toml").write_text("nonsense = [", encoding="utf-8")
     outcome = fetch()
     assert outcome.status == "failed" and outcome.error.startswith("no usable price sheet (1 could not be read; first:")

@@ -12,8 +12,8 @@ import httpx
 import pytest
 import respx
 
-from providers.base import FetchContext
-from providers.vast import SEARCH_LIMIT, VastProvider
+from rentopt.providers.base import FetchContext
+from rentopt.providers.vast import SEARCH_LIMIT, VastProvider
 from tests.providers.helpers import FAST, TLS, fetch_answering, fetch_recorded, recorded_at, recorded_fixtures
 from tools.fixture_routes import FIXTURES
 

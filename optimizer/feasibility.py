@@ -43,6 +43,10 @@ FABRICS_FOR_TRAINING = ("infiniband", "roce")
 HOST_RAM_PER_GPU_MEMORY = 2.0
 HOST_RAM_USABLE = 0.8
 
+# PCIe x16 bandwidth per direction, GB/s, by generation (PCI-SIG: 8/16/32 GT/s per lane with
+# 128b/130b encoding -> 15.75 / 31.5 / 63.0 GB/s per direction for 16 lanes).
+PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
+
 # Usable memory when only the label is known: nvidia-smi shows 93.7-99.9 % of the label in GiB
 # (A10 23,028 MiB with ECC, H100 SXM 81,559 MiB, RTX 4090 24,564 MiB; gpu-specs.md §1).
 LABEL_USABLE = 0.95
@@ -155,6 +159,18 @@ def link_class(shape: NodeShape) -> Literal["nvlink", "pcie", "consumer"]:
     if shape.gpu.peer_to_peer_disabled:
         return "consumer"
     return "pcie"
+
+
+def link_fields(shape: NodeShape) -> dict:
+    """The Layout fields that describe how the shape's GPUs talk (see models.Layout.link)."""
+    cls = link_class(shape)
+    if cls == "nvlink":
+        link, gbps = "nvlink", shape.gpu.nvlink_gbps
+    else:
+        link = "pcie-no-p2p" if cls == "consumer" else "pcie"
+        gbps = PCIE_X16_GBPS.get(shape.gpu.pcie_gen or 4)
+    fabric = shape.fabric_gbps if shape.nodes > 1 else None
+    return {"link": link, "link_gbps": gbps, "fabric_gbps": fabric}
 
 
 @dataclass(frozen=True)
@@ -327,6 +343,8 @@ def find_layout(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, *, pin
             gpu=shape.gpu.id, gpus_per_node=shape.gpus_per_node, nodes=shape.nodes,
             strategy=rung.strategy, zero=rung.zero, fsdp=rung.fsdp, tensor_parallel=rung.tp,
             pipeline_parallel=rung.pp, offload=rung.offload, micro_batch=setup.micro_batch,  # type: ignore[arg-type]
+            grad_checkpointing=setup.grad_checkpointing, precision=setup.precision,
+            attention="flash-attention-2" if setup.flash_attention else "eager", **link_fields(shape),
             required_gb_per_gpu=round(required, 2), gpu_memory_gb=round(capacity, 1),
             scaling_efficiency=mid, scaling_low=low, scaling_high=high, penalty=penalty, notes=notes,
         )

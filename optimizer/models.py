@@ -355,6 +355,11 @@ class PriceOption(BaseModel):
 Interconnect = Literal["nvlink", "pcie", "unknown"]
 Fabric = Literal["infiniband", "roce", "ethernet"]
 Origin = Literal["store", "bundled", "offers-file"]
+# What a STOPPED instance keeps paying for (the platform's stop rule, owned by billing.py):
+# "storage" - compute stops, the disk keeps billing (Vast, RunPod, AutoDL: the seeds' "Stop
+# keeps charging for disk, only Destroy stops all billing"); "everything" - a rented node keeps
+# billing in full while stopped (JYGPU's monthly nodes); "nothing" - stopping is free.
+StoppedBills = Literal["storage", "everything", "nothing"]
 
 
 class Offer(BaseModel):
@@ -385,6 +390,9 @@ class Offer(BaseModel):
     billing_granularity_s: int = Field(1, gt=0)
     billing_minimum_s: int = Field(0, ge=0)
     month_hours: int = Field(730, gt=0)  # hours in the provider's "month" (storage GB-month, monthly unit)
+    stopped_bills: StoppedBills = "storage"  # what a stopped instance keeps paying for
+    stopped_max_days: float | None = Field(None, gt=0)  # a stopped instance is released (wiped) after
+    free_disk_gb: float = Field(0.0, ge=0)  # disk included in the compute price (billed only above it)
     price_locked: bool = False  # price fixed at order time until destroy (NexGPU)
     max_duration_hours: float | None = Field(None, gt=0)
     currency: str = Field(pattern=r"^[A-Z]{3}$")
@@ -455,6 +463,10 @@ class PlanRow(NamedTuple):
     month_hours: int
     max_duration_hours: float | None
     fetched_at: str  # ISO 8601
+    # Added after the first stores were written: defaults keep their stored rows readable.
+    stopped_bills: str = "storage"
+    stopped_max_days: float | None = None
+    free_disk_gb: float = 0.0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -486,7 +498,7 @@ def plan_row(o: Offer) -> PlanRow:
         blocks, blocks_spot, None if storage is None else float(storage), None if stopped is None else float(stopped),
         None if egress is None else float(egress), None if ingress is None else float(ingress), o.net_up_mbps,
         o.net_down_mbps, o.billing_granularity_s, o.billing_minimum_s, o.month_hours, o.max_duration_hours,
-        _utc_text(o.fetched_at),
+        _utc_text(o.fetched_at), o.stopped_bills, o.stopped_max_days, o.free_disk_gb,
     )
 
 
@@ -513,6 +525,15 @@ class Layout(BaseModel):
     pipeline_parallel: int = 1
     offload: Offload = "none"
     micro_batch: int = 1
+    grad_checkpointing: bool = True  # activation recomputation on (costs one more forward)
+    precision: str = "bf16-mixed"  # what actually runs on this GPU (TrainingSetup.precision values)
+    attention: str = "flash-attention-2"  # the attention kernel that runs: flash-attention-2|3, sdpa, eager
+    # How the GPUs talk, for the communication cost of the parallel layout (timing.py):
+    # inside a node NVLink, PCIe with peer-to-peer, or PCIe without P2P (GeForce cards: traffic
+    # bounces through host memory); between nodes the fabric's Gb/s (None: one node).
+    link: Literal["nvlink", "pcie", "pcie-no-p2p"] = "pcie"
+    link_gbps: float | None = None  # per-GPU intra-node bandwidth, GB/s (NVLink bidirectional; PCIe per direction)
+    fabric_gbps: float | None = None
     required_gb_per_gpu: float
     gpu_memory_gb: float
     scaling_efficiency: float = 1.0  # achieved / ideal linear speed-up over the GPUs used (prior)

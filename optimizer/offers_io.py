@@ -10,7 +10,9 @@ CSV is a sheet a person can write by hand, one offer per line:
 Required columns: provider, offer_id, gpu, gpus, price_hour, currency (price_hour may be empty
 on a line that gives another price). Optional: price_day, price_week, price_month (per unit for
 the whole node), storage_gb_month, egress_gb, ingress_gb, interconnect (nvlink|pcie|unknown),
-region, spot (yes/no), max_days, and, so that `--format csv` output reads back unchanged,
+region, spot (yes/no), max_days, the platform's stop rules (stopped_bills: storage|everything|
+nothing, what a stopped instance keeps paying; stopped_max_days, after which a stopped instance
+is wiped; free_disk_gb, disk included in the price) and, so that `--format csv` output reads back unchanged,
 gpu_memory_gb, fetched_at and source. `gpu` is a catalog id or any name `rentopt gpus` knows;
 its memory comes from the catalog unless gpu_memory_gb says otherwise. fetched_at defaults to
 the file's modification time and source to the file's path.
@@ -40,10 +42,13 @@ REQUIRED_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "curren
 PRICE_COLUMNS = {"price_hour": PriceUnit.HOUR, "price_day": PriceUnit.DAY,
                  "price_week": PriceUnit.WEEK, "price_month": PriceUnit.MONTH}
 OPTIONAL_COLUMNS = ("price_day", "price_week", "price_month", "storage_gb_month", "egress_gb", "ingress_gb",
-                    "interconnect", "region", "spot", "max_days", "gpu_memory_gb", "fetched_at", "source")
+                    "interconnect", "region", "spot", "max_days", "stopped_bills", "stopped_max_days",
+                    "free_disk_gb", "gpu_memory_gb", "fetched_at", "source")
 CSV_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "price_day", "price_week", "price_month",
                "currency", "storage_gb_month", "egress_gb", "ingress_gb", "interconnect", "region", "spot",
-               "max_days", "gpu_memory_gb", "fetched_at", "source")
+               "max_days", "stopped_bills", "stopped_max_days", "free_disk_gb", "gpu_memory_gb", "fetched_at",
+               "source")
+STOPPED_BILLS = ("storage", "everything", "nothing")
 TRUE_WORDS = frozenset({"yes", "y", "true", "1", "spot", "interruptible"})
 FALSE_WORDS = frozenset({"no", "n", "false", "0", "", "on-demand", "ondemand"})
 HOURS_PER_DAY = 24
@@ -251,6 +256,11 @@ def _offer_from_row(row: _Row, fetched_at: datetime, source: str) -> Offer:
     if interconnect not in ("nvlink", "pcie", "unknown"):
         raise row.error("interconnect", f"{interconnect!r} must be nvlink, pcie or unknown")
     max_days = row.decimal("max_days", positive=True)
+    stopped_bills = (row.text("stopped_bills") or "storage").lower()
+    if stopped_bills not in STOPPED_BILLS:
+        raise row.error("stopped_bills", f"{stopped_bills!r} must be one of {', '.join(STOPPED_BILLS)} "
+                                         "(what a stopped instance keeps paying for)")
+    free_disk = row.decimal("free_disk_gb", positive=False)
     fields: dict[str, Any] = {
         "provider": row.text("provider", required=True),
         "offer_id": row.text("offer_id", required=True),
@@ -261,6 +271,8 @@ def _offer_from_row(row: _Row, fetched_at: datetime, source: str) -> Offer:
         "egress_gb": row.decimal("egress_gb", positive=False),
         "ingress_gb": row.decimal("ingress_gb", positive=False),
         "max_duration_hours": float(max_days * HOURS_PER_DAY) if max_days is not None else None,
+        "stopped_bills": stopped_bills, "stopped_max_days": row.number("stopped_max_days"),
+        "free_disk_gb": float(free_disk) if free_disk is not None else 0.0,
         "currency": currency,
         "fetched_at": row.timestamp("fetched_at") or fetched_at,
         "source": row.text("source") or source,
@@ -332,6 +344,11 @@ def offer_to_csv_row(offer: Offer) -> dict[str, str] | None:
         row[column] = "" if value is None else str(value)
     if offer.max_duration_hours is not None:
         row["max_days"] = str(Decimal(repr(offer.max_duration_hours)) / HOURS_PER_DAY)
+    row["stopped_bills"] = offer.stopped_bills
+    if offer.stopped_max_days is not None:
+        row["stopped_max_days"] = repr(offer.stopped_max_days)
+    if offer.free_disk_gb:
+        row["free_disk_gb"] = repr(offer.free_disk_gb)
     return row
 
 

@@ -331,6 +331,7 @@ class FetchContext:
             "billing_minimum_s": rules.minimum_s,
             "month_hours": rules.month_hours,
             "price_locked": rules.price_locked_until_destroy,
+            "stopped_bills": rules.stopped_pays,
             "gpu": match.gpu,
             "gpu_raw": gpu_raw,
             "gpu_status": match.status,

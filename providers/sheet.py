@@ -320,14 +320,9 @@ def sheet_offers(ctx: FetchContext, loaded: LoadedSheet) -> list[Offer]:
         "platform_name": sheet.name or sheet.platform,
         "sheet": loaded.path.name,
         "sheet_origin": loaded.origin,
-        "stopped_pays": billing.stopped_pays,
     }
     if billing.source:
         base_extra["billing_source"] = billing.source
-    if storage.free_gb is not None:
-        base_extra["storage_free_gb"] = storage.free_gb
-    if storage.stopped_retention_days is not None:
-        base_extra["stopped_retention_days"] = storage.stopped_retention_days
     if storage.source:
         base_extra["storage_source"] = storage.source
     if network.source:
@@ -361,6 +356,9 @@ def sheet_offers(ctx: FetchContext, loaded: LoadedSheet) -> list[Offer]:
                 billing_minimum_s=billing.minimum_s,
                 month_hours=billing.month_hours,
                 price_locked=billing.price_locked_until_destroy,
+                stopped_bills=billing.stopped_pays,
+                stopped_max_days=storage.stopped_retention_days,
+                free_disk_gb=storage.free_gb or 0.0,
                 currency=sheet.currency,
                 fetched_at=price_date(item.read_on or sheet.read_on),
                 source=item.source or sheet.source,

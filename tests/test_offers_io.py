@@ -85,6 +85,16 @@ def test_a_hand_written_csv_becomes_offers(tmp_path):
     assert monthly.price_options == [PriceOption(unit="month", amount=Decimal("1100"))]
     assert monthly.max_duration_hours == 720 and monthly.interconnect == "unknown"
     assert spot.spot and all(p.interruptible for p in spot.price_options)
+    assert a100.stopped_bills == "storage" and a100.stopped_max_days is None and a100.free_disk_gb == 0
+
+
+def test_csv_carries_the_platforms_stop_rules(tmp_path):
+    path = write(tmp_path, HEADER + ",price_month,stopped_bills,stopped_max_days,free_disk_gb\n"
+                           "jygpu,8x4090,RTX 4090,8,,CNY,7920,everything,,\n"
+                           "autodl,4090,RTX 4090,1,1.88,CNY,,Storage,15,50\n")
+    node, autodl = read_offers_file(path)
+    assert node.stopped_bills == "everything" and node.stopped_max_days is None and node.free_disk_gb == 0
+    assert autodl.stopped_bills == "storage" and autodl.stopped_max_days == 15 and autodl.free_disk_gb == 50
 
 
 def test_a_gpu_not_in_the_catalog_is_kept_when_its_memory_is_given(tmp_path):
@@ -119,6 +129,9 @@ HEADER = "provider,offer_id,gpu,gpus,price_hour,currency"
     (HEADER + ",fetched_at\np,1,L4-24GB,1,1,USD,2026-11-28 06:00\n", r"line 2, field fetched_at: .* needs a timezone"),
     (HEADER + ",storage_gb_month\np,1,L4-24GB,1,1,USD,-1\n", r"line 2, field storage_gb_month: '-1' must be a non-negative"),
     (HEADER + "\np,,L4-24GB,1,1,USD\n", r"line 2, field offer_id: is empty"),
+    (HEADER + ",stopped_bills\np,1,L4-24GB,1,1,USD,disk\n", r"line 2, field stopped_bills: 'disk' must be one of storage"),
+    (HEADER + ",stopped_max_days\np,1,L4-24GB,1,1,USD,0\n", r"line 2, field stopped_max_days: '0' must be a positive"),
+    (HEADER + ",free_disk_gb\np,1,L4-24GB,1,1,USD,-5\n", r"line 2, field free_disk_gb: '-5' must be a non-negative"),
     (HEADER + "\np,1,L4-24GB,1,1,USD,extra\n", r"line 2: more cells than columns"),
     (HEADER + "\np,1,L4-24GB,1,1,USD\np,1,L4-24GB,2,2,USD\n", r"offer p/1 appears twice"),
     ("", r"sheet.csv is empty"),
@@ -146,7 +159,8 @@ def csv_view(o: Offer) -> dict:
     """The fields the CSV format carries."""
     return o.model_dump(include={"provider", "offer_id", "gpu", "gpus", "gpu_memory_gb", "price_options", "currency",
                                  "storage_gb_month", "egress_gb", "ingress_gb", "interconnect", "region", "spot",
-                                 "max_duration_hours", "fetched_at", "source"})
+                                 "max_duration_hours", "stopped_bills", "stopped_max_days", "free_disk_gb",
+                                 "fetched_at", "source"})
 
 
 def test_csv_round_trips(tmp_path):
@@ -154,7 +168,8 @@ def test_csv_round_trips(tmp_path):
         offer("a", options=[hour("7.20"), PriceOption(unit="day", amount=Decimal("160")),
                             PriceOption(unit="week", amount=Decimal("1000")), PriceOption(unit="month", amount=Decimal("3900"))],
               storage_gb_month=Decimal("0.10"), egress_gb=Decimal("0"), ingress_gb=Decimal("0.01"), interconnect="nvlink",
-              region="us-east", max_duration_hours=720.5),
+              region="us-east", max_duration_hours=720.5, stopped_bills="everything", stopped_max_days=15.0,
+              free_disk_gb=50.0),
         offer("b", options=[hour("0.40", interruptible=True)], spot=True, gpu="RTX-4090-24GB", gpu_raw="RTX 4090",
               gpu_memory_gb=24.0, gpus=1, currency="CNY", fetched_at=T0 - timedelta(days=3)),
         offer("c", gpu=None, gpu_raw="Zephyr, \"X9\"", gpu_status="unknown", gpu_memory_gb=40.0, region="eu,west"),

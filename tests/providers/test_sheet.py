@@ -61,7 +61,7 @@ def test_jygpu_monthly_list_and_discounted_prices(bundled):
     assert [(p.unit, p.amount, p.label) for p in node.price_options] == [
         ("month", Decimal(9900), "list"), ("month", Decimal(7920), "discounted (折后 price on the same page)")]
     assert node.fetched_at == day("2026-09-20") and node.source == "https://www.jygpu.com"
-    assert node.month_hours == 720 and node.extra["stopped_pays"] == "everything"
+    assert node.month_hours == 720 and node.stopped_bills == "everything"
     assert node.storage_gb_month is None and node.egress_gb is None  # not published: unknown
     assert node.extra["platform"] == "jygpu" and node.extra["sheet"] == "jygpu.toml"
 
@@ -81,8 +81,8 @@ def test_autodl_storage_rules(bundled):
     offer = by_id(bundled)["autodl/rtx3090-2x"]
     assert offer.storage_gb_month == Decimal("0.210")  # 0.007 CNY/GB/day x 30 days
     assert offer.storage_stopped_gb_month is None  # the paid disk bills whether running or not
-    assert offer.extra["storage_free_gb"] == 50 and offer.extra["stopped_retention_days"] == 15
-    assert offer.extra["stopped_pays"] == "storage"
+    assert offer.free_disk_gb == 50 and offer.stopped_max_days == 15
+    assert offer.stopped_bills == "storage"
 
 
 def test_per_offer_read_on_dates_the_offer(bundled):
@@ -110,7 +110,7 @@ def test_nexgpu_billing_rules_apply_once_real_prices_are_filled_in(user_sheets):
     assert len(nex) == 7  # RTX 4090 x {1,2,4,8}, A100 x {1,8}, H100 x 8
     for offer in nex:
         assert offer.price_locked is True and offer.billing_granularity_s == 1 and offer.billing_minimum_s == 0
-        assert offer.extra["stopped_pays"] == "storage" and offer.extra["sheet_origin"] == "user"
+        assert offer.stopped_bills == "storage" and offer.extra["sheet_origin"] == "user"
 
 
 # -- user sheets -------------------------------------------------------------------------------

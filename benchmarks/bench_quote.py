@@ -74,32 +74,30 @@ def breakdown(home: Path, args: list[str]) -> dict[str, float]:
     from rentopt.optimizer.catalog import load_offers
     from rentopt.optimizer.currency import FxTable
     from rentopt.optimizer.models import TrainingSetup
-    from rentopt.optimizer.planner import QuoteRequest, _Planner, _prefer_stop
+    from rentopt.optimizer.planner import QuoteRequest, build_quote, plan_instance
     from rentopt.optimizer.render import quote_table
     from rentopt.optimizer.workload import resolve_model
 
     kw = dict(zip(args[::2], args[1::2]))
     t = time.perf_counter()
     offers = load_offers(lazy=True)
-    times["load planning rows"] = time.perf_counter() - t
+    full = offers.all_offers()
+    times["load offers"] = time.perf_counter() - t
     req = QuoteRequest(model=resolve_model(kw["--model"]), setup=TrainingSetup(mode=kw["--mode"]),
                        days=Decimal(kw["--days"]) if "--days" in kw else None,
                        tokens=float(kw["--tokens"]) if "--tokens" in kw else None)
     fx = FxTable.load()
     t = time.perf_counter()
-    planner = _Planner(req, offers, fx)
-    built = planner.build()
-    times["plan (rows, dominance, fetch survivors, exact candidates)"] = time.perf_counter() - t
+    planned = plan_instance(req, full, fx)
+    times["plan (layouts, hours, billing terms per offer)"] = time.perf_counter() - t
     t = time.perf_counter()
-    decisions = solver.solve(built.instance, top_k=req.top)
-    times["solve (prune + CP-SAT, top 5)"] = time.perf_counter() - t
+    solution = solver.solve(planned.instance, top_k=req.top)
+    times["solve (bounds, prune, exact prices, top 5)"] = time.perf_counter() - t
     t = time.perf_counter()
-    from rentopt.optimizer.planner import build_quote
-
     quote_table(build_quote(req, offers, fx, list_rejected=False))
     times["whole build_quote + render (again)"] = time.perf_counter() - t
-    times["candidates after dominance"] = float(len(built.instance.train) + len(built.instance.validate))
-    _ = [_prefer_stop(d, built.instance) for d in decisions]
+    times["candidates"] = float(len(planned.instance.train) + len(planned.instance.validate))
+    times["candidates dropped by pruning"] = float(sum(solution.pruned.values()))
     return times
 
 

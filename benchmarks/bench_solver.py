@@ -5,9 +5,10 @@
 Instances look like a real catalog after feasibility: ~12 providers x ~25 GPUs, mostly hourly
 metered prices (per second, minute or hour, some with a minimum), a fifth with day/week/month
 blocks (CNY-style platforms), running storage, ingress/egress, one validation candidate per ten
-training candidates (some on the same offer as a training one), a 2-day idle gap and a deadline
-that excludes the slowest layouts. Building the instance is not timed; the time printed is
-`prune()` alone and `solve()` (pruning, the CP-SAT model, the top-K re-solves), each on a fresh instance.
+training candidates (half on the offer of a training one, so leases are possible), a 2-day idle
+gap and a deadline that excludes the slowest layouts. Building the instance is not timed; the
+time printed is `prune()` alone and `solve()` (pruning with billing's bounds, exact prices for
+the survivors, enumeration or CP-SAT, top-K), each on a fresh instance.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import random
 import time
 from decimal import Decimal
 
-from rentopt.optimizer.billing import Block, Candidate, PlanInstance, RentalPricing, plan_cost, quantize_money
+from rentopt.optimizer.billing import Block, RentalPricing, Terms, Use, quantize_money
 from rentopt.optimizer.models import PriceUnit
-from rentopt.optimizer.solver import prune, solve
+from rentopt.optimizer.solver import Candidate, PlanInstance, prune, solve
 
 
 def _money(rng: random.Random, low: float, high: float) -> Decimal:
@@ -42,6 +43,13 @@ def _pricing(rng: random.Random) -> RentalPricing:
     return RentalPricing(hourly, granularity, minimum, blocks)
 
 
+def _terms(rng: random.Random, provider: str, offer: str) -> Terms:
+    return Terms(provider=provider, offer_id=offer, currency="USD", on_demand=_pricing(rng), interruptible=None,
+                 storage_gb_month=_money(rng, 0, 0.3), stopped_storage_gb_month=_money(rng, 0, 0.3),
+                 egress_gb=rng.choice([None, _money(rng, 0, 0.1)]), ingress_gb=Decimal(0), month_hours=730,
+                 stopped_bills=rng.choice(["storage", "storage", "everything"]))
+
+
 def make_instance(n: int, seed: int) -> PlanInstance:
     rng = random.Random(seed)
     providers = [f"prov{i}" for i in range(12)]
@@ -50,19 +58,17 @@ def make_instance(n: int, seed: int) -> PlanInstance:
     train = []
     for i in range(n_train):
         hours = Decimal(rng.randint(1000, 50000)).scaleb(-2)
-        train.append(Candidate(
-            f"t{i}", "train", rng.choice(providers), f"o{i}", rng.choice(gpus), 8, 1, "ddp", hours, _pricing(rng),
-            storage_running=_money(rng, 0, 30), ingress=_money(rng, 0, 20), egress=_money(rng, 0, 40),
-        ))
+        t = _terms(rng, rng.choice(providers), f"o{i}")
+        gpu = rng.choice(gpus)
+        use = Use(f"t{i}", "train", t, False, 1, hours, Decimal(rng.randint(20, 500)), Decimal(30), Decimal(20))
+        train.append(Candidate(use, group=(t.provider, gpu), wall_hours=hours * Decimal("1.3"), signature=gpu))
     validate = []
     for i in range(n - n_train):
         twin = rng.choice(train)  # half of them on a training candidate's offer
-        provider, offer = (twin.provider, twin.offer_id) if rng.random() < 0.5 else (rng.choice(providers), f"vo{i}")
-        validate.append(Candidate(
-            f"v{i}", "validate", provider, offer, twin.gpu, 1, 1, "single", Decimal(rng.randint(50, 400)).scaleb(-2),
-            _pricing(rng), storage_running=_money(rng, 0, 2), ingress=_money(rng, 0, 20),
-            destroy_egress=_money(rng, 0, 20), stop_storage=_money(rng, 0, 10),
-        ))
+        t = twin.use.terms if rng.random() < 0.5 else _terms(rng, rng.choice(providers), f"vo{i}")
+        use = Use(f"v{i}", "validate", t, False, 1, Decimal(rng.randint(50, 400)).scaleb(-2), Decimal(40),
+                  Decimal(30), Decimal(12), Decimal("0.1"))
+        validate.append(Candidate(use, signature=frozenset({twin.signature})))
     return PlanInstance(validate, train, idle_hours=Decimal(48), deadline_hours=Decimal(400), currency="USD")
 
 
@@ -74,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     import ortools.sat.python.cp_model  # noqa: F401  (import cost is not part of the timing)
 
-    print(f"{'candidates':>10} {'kept':>6} {'prune s':>8} {'solve s':>8}  best   (solve = prune + model + top-K)")
+    print(f"{'candidates':>10} {'kept':>6} {'prune s':>8} {'solve s':>8}  best   (solve = prune + exact prices + top-K)")
     for n in args.sizes:
         # a fresh instance for each timing, so nothing computed by the first is reused
         inst = make_instance(n, args.seed)
@@ -83,11 +89,10 @@ def main() -> None:
         pruning = time.perf_counter() - t0
         inst = make_instance(n, args.seed)
         t0 = time.perf_counter()
-        decisions = solve(inst, top_k=args.top)
+        solution = solve(inst, top_k=args.top)
         total = time.perf_counter() - t0
-        best = plan_cost(inst, decisions[0]).total
         print(f"{n:>10} {len(kept.validate) + len(kept.train):>6} {pruning:>8.3f} {total:>8.3f}  "
-              f"{best:.2f} ({len(decisions)} plans, {decisions[0].status})")
+              f"{solution.plans[0].total:.2f} ({len(solution.plans)} plans, {solution.method})")
 
 
 if __name__ == "__main__":

@@ -1,69 +1,73 @@
-"""Billing: what covering H hours costs, storage and transfer charges, and the plan oracle.
+"""Billing: the one owner of every pricing rule. Nothing else in rentopt prices anything.
 
-This module is the money oracle. It knows the billing rules and nothing about solvers:
+What it knows, and where each rule is written (once):
 
-- `rental_pricing` turns an Offer's price options into a `RentalPricing` for one rental in the
-  quote currency: metered hourly time (billed in granules of `granularity_s` with a minimum
-  charge `minimum_s`) plus prepaid blocks (day, week, month, reserved term).
-- `cheapest_cover` finds the exact cheapest way to pay for H hours of one rental (e.g. one
-  month plus 15 days vs two months) by bounded enumeration, without a solver.
-- `plan_cost` checks a solver `Decision` against a `PlanInstance` (cover, idle rule, deadline,
-  budget) and prices it line by line with exact arithmetic.
+- **Price options** (`rental_pricing`): an offer's hourly price is metered time, billed in granules
+  of `billing_granularity_s` with a minimum charge `billing_minimum_s` per session; day, week,
+  month (the provider's `month_hours`) and reserved-term prices are prepaid blocks. Prices are
+  converted into the quote currency at the price's own date and quantised to 1e-6 of it.
+- **The cheapest cover** (`cover_in_units`, `cheapest_cover`): the exact cheapest mix of blocks
+  and metered time for a span of running time (one month + 15 days vs two months), by a bounded
+  search, no solver.
+- **Disk and transfers** (`storage_line`, `transfer_line`): disk by the GB-month, prorated by the
+  hour, billed only above the disk the price includes (`free_disk_gb`); egress and ingress by
+  the GB. An unknown price is carried as unknown (cost None), never as 0.
+- **A lease** (`price_lease`): consecutive stages on the same instance -- validate, stop over the
+  idle gap, train, export -- are ONE rental. Prepaid blocks are consumed by the wall clock and
+  carry across the stages and the gap: a month bought at validation covers a short gap and the
+  training run (seed 004's 8 x RTX 4090 node: a 4 h validation and 10 days of training fit in one
+  7,920 CNY month). Metered time is billed per session.
+- **The platforms' stop rules** (typed on the Offer): `stopped_bills` says what a stopped
+  instance keeps paying -- "storage" (compute stops, the disk keeps billing: the seeds' "Stop keeps
+  charging for disk; only Destroy stops all billing"), "everything" (JYGPU's rented nodes bill in
+  full while stopped, so the gap is running time) or "nothing"; `stopped_max_days` is the
+  retention after which a stopped instance is released (AutoDL: 15 days), past which stopping is
+  not an option; the host's maximum rental bounds a lease.
+- **Stop versus destroy** (`idle_choice`): decided on known money only; when the difference rests
+  on an unknown price the fully priced option is kept and the other is shown, with the price at
+  which it would win.
+- **The plan** (`price_plan`): the exact bill of a Choice (validation or none, idle choice,
+  training), line by line, with its unknown charges; and `use_bounds` / `lease_bounds`, the cheap
+  lower/upper bounds that the solver prunes with. Every cost the solver compares comes from here.
 
-The model of a plan. A plan is an optional VALIDATE run, an IDLE gap of `idle_hours` after it,
-the TRAIN run, and the EXPORT of weights and checkpoints (its hours and egress are already in the
-train candidate). Each running stage is its own rental: a prepaid day, week or month bought for
-validation is not carried across the idle gap into training. Across the gap:
-
-- validate and train on the same offer (provider and offer_id): STOP keeps the disk (pay the
-  validate candidate's `stop_storage`; training then needs no ingress, the data is already on the
-  disk) or DESTROY (pay `destroy_egress` to copy data and checkpoints out, and the training
-  instance pays its `ingress`);
-- different offers: DESTROY is the only choice.
-
-Billing facts behind the rules (seed 000, quoting NexGPU's billing page): an hourly price
-metered per second, locked from order until destroy; Stop releases the compute but the disk keeps
-billing, and only Destroy stops every charge, so checkpoints are copied out and verified first.
-Seed 004: an 8x RTX 4090 node at 7920 CNY/month used for 10 days is cheaper by the day; rent by
-day or week for periodic jobs.
-
-Money is Decimal. Prices entering the solver are quantised to 1e-6 of the quote currency so that
-`SCALE` (3600 x 1e6) units per currency unit make every charge, including per-second metering of
-an hourly rate, an exact integer. Rounding to cents happens only for display (`round_money`).
+Rounding: every billing line's cost is rounded half-up to the quote currency's minor unit (a
+provider's invoice does the same), and a bill's total is the sum of its lines, so a JSON total
+always equals the sum of the amounts printed under it. Unit prices keep the 1e-6 grid.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import Literal, NamedTuple
 
 from rentopt.optimizer.currency import FxTable, round_money
-from rentopt.optimizer.models import UNIT_HOURS, BillingLine, LineItems, Offer, PriceUnit
+from rentopt.optimizer.models import UNIT_HOURS, Offer, PriceUnit
 
 __all__ = [
-    "Block", "RentalPricing", "Candidate", "PlanInstance", "Decision", "Cover", "Charge", "OfferRates",
-    "PlanCost", "StageCost", "InvalidDecision", "QUANTUM", "SCALE", "rental_pricing", "offer_rates",
-    "storage_cost", "transfer_cost", "transfer_hours", "cheapest_cover", "cover_alternatives",
-    "explain_cover", "seconds_to_cover", "billed_metered_seconds", "plan_cost", "round_money",
-    "quantize_money",
+    "Block", "RentalPricing", "IntegerPricing", "Cover", "Terms", "Use", "Line", "StageBill", "Choice", "PlanBill",
+    "Bounds", "IdleOption", "QUANTUM", "SCALE", "SECONDS_PER_HOUR", "quantize_money", "round_money",
+    "rental_pricing", "offer_terms", "seconds_to_cover", "billed_metered_seconds", "cover_in_units",
+    "cheapest_cover", "cover_alternatives", "explain_cover", "cover_notes", "transfer_hours", "storage_line", "transfer_line",
+    "price_alone", "price_lease", "lease_refusal", "idle_choice", "price_plan", "use_bounds", "lease_bounds",
 ]
 
 SECONDS_PER_HOUR = 3600
 QUANTUM = Decimal("0.000001")  # prices are quantised to 1e-6 of the quote currency
 MICROS = 10**6
-SCALE = SECONDS_PER_HOUR * MICROS  # solver integer units per currency unit (exact per-second metering)
+SCALE = SECONDS_PER_HOUR * MICROS  # integer units per currency unit: per-second metering stays exact
+LINE_ROUNDING = 8  # at most this many lines per stage are rounded: what bounds must allow for
 
-Stage = Literal["validate", "train"]
-Idle = Literal["stop", "destroy"]
+Idle = Literal["stop", "destroy", "continue"]
+StageKind = Literal["validate", "idle", "train", "export"]
 
 
 def quantize_money(amount: Decimal) -> Decimal:
-    """Round to 1e-6 of a currency unit (half up): the grid every solver price lives on.
+    """Round to 1e-6 of a currency unit (half up): the grid every unit price lives on.
 
     >>> quantize_money(Decimal("7920") / Decimal("7.279"))
     Decimal('1088.061547')
@@ -77,7 +81,7 @@ def _to_decimal(value: Fraction) -> Decimal:
 
 
 # --------------------------------------------------------------------------------------------
-# Pricing of one rental
+# Pricing of one rental: blocks and metered time
 
 
 @dataclass(frozen=True)
@@ -143,16 +147,6 @@ def billed_metered_seconds(granularity_s: int, minimum_s: int, used_s: int) -> i
     if used_s <= 0:
         return 0
     return max(minimum_s, -(-used_s // granularity_s) * granularity_s)
-
-
-def _valid_billed_seconds(pricing: RentalPricing, seconds: int) -> bool:
-    """Whether `seconds` is an amount the provider could bill: 0 or max(minimum, k granules)."""
-    g, mn = pricing.granularity_s, pricing.minimum_s
-    if seconds == 0:
-        return True
-    if seconds < 0 or pricing.metered_hourly is None:
-        return False
-    return (seconds % g == 0 and seconds >= mn) or (seconds == mn and mn >= g)
 
 
 def _decimal_scale(values: Sequence[Decimal]) -> int:
@@ -259,17 +253,18 @@ def _reduce_blocks(blocks: Sequence[tuple[str, int, int]]) -> tuple[tuple[int, i
     return tuple(out)
 
 
-def _smallest_block_counts(ip: IntegerPricing, s0: int, residual: int, hi: int) -> list[int]:
-    """Counts of the shortest block worth trying when it and metered time cover `residual`.
+def _smallest_block_counts(ip: IntegerPricing, s0: int, residual: int, lo: int, hi: int) -> list[int]:
+    """Counts c in [lo, hi] of the shortest block worth trying when it and metered time cover `residual`.
 
     With x = residual - c*s0 seconds metered, the cost c*p0 + rate*billed(x) is
+    - linear plus a term periodic in c (whole granules) where billed(x) is above the minimum: the
+      best c lies within one period of either end of that range;
     - increasing in c where the minimum charge applies (billed(x) = minimum): try the first c;
-    - linear plus a term periodic in c (whole granules) elsewhere: the best c lies within one
-      period of either end of that range;
     - plus c = ceil(residual / s0): blocks alone, no metered time.
+    `lo` > 0 when the blocks must span at least some time (a lease's window across a gap).
     """
     full = -(-residual // s0)
-    counts = {full} if full <= hi else set()
+    counts = {full} if lo <= full <= hi else set()
     if ip.rate is None:
         return list(counts)
     g, mn = ip.granularity, ip.minimum
@@ -277,35 +272,39 @@ def _smallest_block_counts(ip: IntegerPricing, s0: int, residual: int, hi: int) 
     x_min = max(g * (-(-mn // g) - 1), 0)  # billed(x) is whole granules (>= minimum) iff x > x_min
     last_granular = min(-(-(residual - x_min) // s0) - 1, last_tail) if residual > x_min else -1
     period = g // math.gcd(g, s0)
-    if last_granular >= 0:
-        if last_granular + 1 <= 2 * period:
-            counts.update(range(0, last_granular + 1))
+    if last_granular >= lo:
+        if last_granular + 1 - lo <= 2 * period:
+            counts.update(range(lo, last_granular + 1))
         else:
-            counts.update(range(0, period))
+            counts.update(range(lo, lo + period))
             counts.update(range(last_granular - period + 1, last_granular + 1))
-    first_minimum = last_granular + 1
+    first_minimum = max(last_granular + 1, lo)
     if first_minimum <= last_tail:
         counts.add(first_minimum)
     return list(counts)
 
 
-def cover_in_units(pricing: RentalPricing, seconds: int) -> tuple[tuple[int, ...], int, int] | None:
-    """The cheapest cover of `seconds` in exact integers.
+def cover_in_units(pricing: RentalPricing, seconds: int, window_s: int = 0) -> tuple[tuple[int, ...], int, int] | None:
+    """The cheapest cover of `seconds` in exact integers, its blocks spanning at least `window_s`.
 
     Returns (count of each block in `pricing.blocks` order, billed metered seconds, cost), the cost
     in units of 1 / `pricing.units.unit` of the currency (SCALE when prices are on the 1e-6 grid),
     or None when the pricing cannot cover the time. A depth-first search over the longer blocks'
     counts (capped by `_reduce_blocks`, pruned by the `floor_rate` lower bound), with the
-    shortest block's count and the metered tail settled in closed form.
+    shortest block's count and the metered tail settled in closed form. `window_s` > 0 asks for
+    prepaid blocks lasting at least that long (a lease whose blocks carry across a gap).
     """
     ip = pricing.units
     n = len(ip.blocks)
     if seconds <= 0:
         return (0,) * n, 0, 0
     if not ip.blocks:
+        if window_s > 0:
+            return None
         billed = billed_metered_seconds(ip.granularity, ip.minimum, seconds)
         return (), billed, ip.rate * billed  # type: ignore[operator]
     g, mn, rate, blocks, search, floor = ip.granularity, ip.minimum, ip.rate, ip.blocks, ip.search, ip.floor_rate
+    metered_cap = seconds - window_s  # metered seconds may cover at most this much
     best_cost = -1
     best: tuple[tuple[int, ...], int] | None = None
     counts = [0] * n
@@ -328,7 +327,8 @@ def cover_in_units(pricing: RentalPricing, seconds: int) -> tuple[tuple[int, ...
         full = -(-residual // length)
         hi = full if cap is None or cap > full else cap
         if level == 0:
-            for c in _smallest_block_counts(ip, length, residual, hi):
+            lo = max(0, -(-(residual - metered_cap) // length))
+            for c in _smallest_block_counts(ip, length, residual, lo, hi):
                 rest = residual - c * length
                 if rest <= 0:
                     counts[index] = c
@@ -460,62 +460,178 @@ def rental_pricing(offer: Offer, nodes: int, fx: FxTable, currency: str, interru
 
 
 # --------------------------------------------------------------------------------------------
-# Storage and transfer
+# An offer's terms in the quote currency
 
 
-class Charge(NamedTuple):
-    """A priced charge; `note` says what is not included when the provider's price is unknown."""
+@dataclass(frozen=True)
+class Terms:
+    """Everything billing needs of one offer, converted into the quote currency, per node.
 
-    cost: Decimal
-    note: str | None = None
+    None is an unknown price (never free); 0 is free.
+    """
 
-
-class OfferRates(NamedTuple):
-    """An offer's storage and transfer prices in the quote currency (None: unknown)."""
-
-    storage_gb_month: Decimal | None
-    storage_stopped_gb_month: Decimal | None
+    provider: str
+    offer_id: str
+    currency: str  # the quote currency
+    on_demand: RentalPricing | None
+    interruptible: RentalPricing | None
+    storage_gb_month: Decimal | None  # while running
+    stopped_storage_gb_month: Decimal | None  # while stopped (the offer's own, else the running price)
     egress_gb: Decimal | None
     ingress_gb: Decimal | None
+    month_hours: int
+    stopped_bills: Literal["storage", "everything", "nothing"] = "storage"
+    stopped_max_hours: Decimal | None = None  # a stopped instance is released after this long
+    free_disk_gb: Decimal = Decimal(0)
+    max_hours: Decimal | None = None  # the host's maximum rental (Vast's end date)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.provider, self.offer_id)
+
+    def pricing(self, spot: bool) -> RentalPricing:
+        found = self.interruptible if spot else self.on_demand
+        if found is None:
+            kind = "interruptible (spot)" if spot else "on-demand"
+            raise ValueError(f"offer {self.provider}/{self.offer_id} has no {kind} price")
+        return found
 
 
-def offer_rates(offer: Offer, fx: FxTable, currency: str) -> OfferRates:
-    """Convert an offer's per-GB prices into `currency` (unknown stays None, free stays 0)."""
+def _optional(offer: Offer, fx: FxTable, currency: str, amount: Decimal | None) -> Decimal | None:
+    return None if amount is None else quantize_money(fx.convert(amount, offer.currency, currency))
 
-    def conv(value: Decimal | None) -> Decimal | None:
-        return None if value is None else fx.convert(value, offer.currency, currency)
 
-    return OfferRates(
-        conv(offer.storage_gb_month), conv(offer.stopped_storage_price), conv(offer.egress_gb), conv(offer.ingress_gb)
+def offer_terms(offer: Offer, fx: FxTable, currency: str) -> Terms:
+    """`offer`'s billing terms in `currency` (see Terms)."""
+
+    def pricing(spot: bool) -> RentalPricing | None:
+        return rental_pricing(offer, 1, fx, currency, spot) if offer.options(spot) else None
+
+    return Terms(
+        provider=offer.provider, offer_id=offer.offer_id, currency=currency,
+        on_demand=pricing(False), interruptible=pricing(True),
+        storage_gb_month=_optional(offer, fx, currency, offer.storage_gb_month),
+        stopped_storage_gb_month=_optional(offer, fx, currency, offer.stopped_storage_price),
+        egress_gb=_optional(offer, fx, currency, offer.egress_gb),
+        ingress_gb=_optional(offer, fx, currency, offer.ingress_gb),
+        month_hours=offer.month_hours, stopped_bills=offer.stopped_bills,
+        stopped_max_hours=None if offer.stopped_max_days is None else Decimal(str(offer.stopped_max_days)) * 24,
+        free_disk_gb=Decimal(str(offer.free_disk_gb)),
+        max_hours=None if offer.max_duration_hours is None else Decimal(str(offer.max_duration_hours)),
     )
 
 
-def storage_cost(
-    price_gb_month: Decimal | None, gb: Decimal, hours: Decimal, month_hours: int, what: str = "storage"
-) -> Charge:
-    """Disk of `gb` kept for `hours` at `price_gb_month` (quote currency), prorated by the hour.
+# --------------------------------------------------------------------------------------------
+# What a stage uses, and its lines
 
-    A GB-month is `month_hours` hours of one GB (730 unless the provider says otherwise).
 
-    >>> storage_cost(Decimal("0.20"), Decimal(500), Decimal(14 * 24), 730)
-    Charge(cost=Decimal('46.027397'), note=None)
-    >>> storage_cost(None, Decimal(500), Decimal(24), 730).note
-    'storage price unknown: not included in the total'
+@dataclass(frozen=True)
+class Use:
+    """One running stage on `nodes` nodes of one offer: all billing needs to price it.
+
+    `hours` is the running time per node: for validation the import and the run, for training
+    the import, the run and the export. Disk and imports are per node; `out_gb` is copied out
+    once: a training run's final weights and kept checkpoints, or, for a validation instance
+    that is destroyed, its data and checkpoint (which takes `out_hours` more running time).
     """
-    if price_gb_month is None:
-        return Charge(Decimal(0), f"{what} price unknown: not included in the total")
-    return Charge(quantize_money(price_gb_month * gb * hours / month_hours))
+
+    id: str
+    kind: Literal["validate", "train"]
+    terms: Terms
+    spot: bool
+    nodes: int
+    hours: Decimal
+    disk_gb: Decimal
+    import_gb: Decimal
+    out_gb: Decimal
+    out_hours: Decimal = Decimal(0)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("validate", "train"):
+            raise ValueError(f"use {self.id}: kind must be validate or train, got {self.kind!r}")
+        if self.nodes < 1 or (self.kind == "validate" and self.nodes != 1):
+            raise ValueError(f"use {self.id}: a validation runs on one node, training on at least one")
+        if not self.hours > 0:
+            raise ValueError(f"use {self.id}: hours must be positive, got {self.hours}")
+        for name in ("disk_gb", "import_gb", "out_gb", "out_hours"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"use {self.id}: {name} must not be negative")
+
+    @property
+    def pricing(self) -> RentalPricing:
+        return self.terms.pricing(self.spot)
+
+    @property
+    def key(self) -> tuple[str, str, bool]:
+        """The instance a lease continues on: the same offer, bought the same way."""
+        return (self.terms.provider, self.terms.offer_id, self.spot)
 
 
-def transfer_cost(price_per_gb: Decimal | None, gb: Decimal, what: str = "transfer") -> Charge:
-    """Moving `gb` in or out at `price_per_gb` (quote currency); 0 is free, None is unknown.
+@dataclass(frozen=True)
+class Line:
+    """One billed line. `cost` None: the price is unknown, so this charge is not in the total."""
 
-    >>> transfer_cost(Decimal("0.09"), Decimal(500), "egress")
-    Charge(cost=Decimal('45.000000'), note=None)
+    what: Literal["compute", "storage_running", "storage_stopped", "egress", "ingress"]
+    unit: str  # hour, day, week, month, a term or block label, GB-month, GB
+    count: Decimal
+    unit_price: Decimal | None
+    cost: Decimal | None
+    note: str = ""
+
+    @property
+    def unknown(self) -> bool:
+        return self.cost is None
+
+
+def _gb(x: Decimal) -> str:
+    return f"{x.normalize():f}"
+
+
+def storage_line(terms: Terms, gb_per_node: Decimal, nodes: int, hours: Decimal, *, stopped: bool = False,
+                 rate: Decimal | None | Literal["default"] = "default") -> Line | None:
+    """Disk of `gb_per_node` on each of `nodes` nodes kept for `hours`, by the GB-month.
+
+    Only the disk above the offer's included `free_disk_gb` is billed. A GB-month is the
+    provider's `month_hours` hours of one GB. `rate` overrides the price (a stopped disk billed at
+    the running rate). None when there is nothing to bill.
+
+    >>> t = Terms("p", "o", "USD", None, None, Decimal("0.20"), None, None, None, 730)
+    >>> storage_line(t, Decimal(500), 1, Decimal(14 * 24)).cost  # 0.20 x 500 x 336 / 730
+    Decimal('46.03')
+    >>> free = replace(t, storage_gb_month=None, free_disk_gb=Decimal(50))
+    >>> storage_line(free, Decimal(40), 1, Decimal(24)).note, storage_line(free, Decimal(60), 1, Decimal(24)).cost is None
+    ('within the 50 GB of disk the price includes', True)
     """
-    if price_per_gb is None:
-        return Charge(Decimal(0), f"{what} price unknown: not included in the total")
-    return Charge(quantize_money(price_per_gb * gb))
+    if hours <= 0 or gb_per_node <= 0:
+        return None
+    what = "storage_stopped" if stopped else "storage_running"
+    billable = max(Decimal(0), gb_per_node - terms.free_disk_gb) * nodes
+    if billable == 0:
+        return Line(what, "GB-month", Decimal(0), Decimal(0), Decimal(0),
+                    note=f"within the {_gb(terms.free_disk_gb)} GB of disk the price includes")
+    price = (terms.stopped_storage_gb_month if stopped else terms.storage_gb_month) if rate == "default" else rate
+    gb_months = billable * hours / terms.month_hours
+    note = f"{_gb(billable)} GB for {hours.normalize():f} h"
+    if terms.free_disk_gb:
+        note += f" (above the {_gb(terms.free_disk_gb)} GB included)"
+    if price is None:
+        return Line(what, "GB-month", gb_months, None, None, note=note + ": price unknown")
+    return Line(what, "GB-month", gb_months, price, round_money(price * gb_months, terms.currency), note=note)
+
+
+def transfer_line(terms: Terms, gb: Decimal, what: Literal["egress", "ingress"], note: str = "") -> Line | None:
+    """Moving `gb` out (egress) or in (ingress): 0 is free, None is an unknown price.
+
+    >>> t = Terms("p", "o", "USD", None, None, None, None, Decimal("0.09"), None, 730)
+    >>> transfer_line(t, Decimal(500), "egress").cost, transfer_line(t, Decimal(500), "ingress").cost
+    (Decimal('45.00'), None)
+    """
+    if gb <= 0:
+        return None
+    price = terms.egress_gb if what == "egress" else terms.ingress_gb
+    if price is None:
+        return Line(what, "GB", gb, None, None, note=(note + ": " if note else "") + "price unknown")
+    return Line(what, "GB", gb, price, round_money(price * gb, terms.currency), note=note)
 
 
 def transfer_hours(gb: Decimal, mbps: float | Decimal | None) -> Decimal | None:
@@ -533,254 +649,431 @@ def transfer_hours(gb: Decimal, mbps: float | Decimal | None) -> Decimal | None:
     return (seconds / SECONDS_PER_HOUR).quantize(QUANTUM, rounding=ROUND_CEILING)
 
 
-# --------------------------------------------------------------------------------------------
-# The plan instance the solver gets, and its decisions
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One stage option, fully priced: an offer x layout for validation or training."""
-
-    id: str
-    stage: Stage
-    provider: str
-    offer_id: str
-    gpu: str
-    gpus: int
-    nodes: int
-    layout: str
-    hours: Decimal  # running hours to pay for
-    pricing: RentalPricing  # in the quote currency, already x nodes
-    storage_running: Decimal = Decimal(0)  # disk while running these hours
-    ingress: Decimal = Decimal(0)  # data + base weights into a fresh instance
-    egress: Decimal = Decimal(0)  # train: export of final weights + kept checkpoints
-    destroy_egress: Decimal = Decimal(0)  # validate: copying data + checkpoints out on destroy
-    stop_storage: Decimal = Decimal(0)  # validate: stopped disk for the idle gap
-    notes: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.stage not in ("validate", "train"):
-            raise ValueError(f"candidate {self.id}: stage must be validate or train, got {self.stage!r}")
-        if not self.hours > 0:
-            raise ValueError(f"candidate {self.id}: hours must be positive, got {self.hours}")
-        for name in ("storage_running", "ingress", "egress", "destroy_egress", "stop_storage"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"candidate {self.id}: {name} must not be negative")
-
-    @property
-    def offer_key(self) -> tuple[str, str]:
-        return (self.provider, self.offer_id)
-
-    @property
-    def group(self) -> tuple[str, str]:
-        """Top-K plans differ in the training stage's (provider, GPU)."""
-        return (self.provider, self.gpu)
-
-
-@dataclass(frozen=True)
-class PlanInstance:
-    """Everything the solver needs: candidates per stage, the idle gap, deadline and budget.
-
-    When `validate` is not empty every plan has a validation stage.
-    """
-
-    validate: Sequence[Candidate]
-    train: Sequence[Candidate]
-    idle_hours: Decimal = Decimal(0)
-    deadline_hours: Decimal | None = None
-    budget: Decimal | None = None
-    currency: str = "USD"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "validate", tuple(self.validate))
-        object.__setattr__(self, "train", tuple(self.train))
-        for stage, cands in (("validate", self.validate), ("train", self.train)):
-            for c in cands:
-                if c.stage != stage:
-                    raise ValueError(f"candidate {c.id} is a {c.stage} candidate in the {stage} list")
-        ids = [c.id for c in self.validate] + [c.id for c in self.train]
-        if len(set(ids)) != len(ids):
-            raise ValueError("candidate ids must be unique across validate and train")
-        if self.idle_hours < 0:
-            raise ValueError("idle_hours must not be negative")
-        if self.deadline_hours is not None and not self.deadline_hours > 0:
-            raise ValueError("deadline_hours must be positive")
-        if self.budget is not None and self.budget < 0:
-            raise ValueError("budget must not be negative")
-
-    @cached_property
-    def by_id(self) -> dict[str, Candidate]:
-        return {c.id: c for c in (*self.validate, *self.train)}
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A solver's choice. `blocks` and `metered_seconds` are keyed by candidate id."""
-
-    validate_id: str | None
-    train_id: str
-    idle: Idle | None
-    blocks: dict[str, dict[str, int]] = field(default_factory=dict)
-    metered_seconds: dict[str, int] = field(default_factory=dict)
-    status: Literal["OPTIMAL", "FEASIBLE"] = "OPTIMAL"
-
-
-# --------------------------------------------------------------------------------------------
-# The oracle
-
-
-class InvalidDecision(ValueError):
-    """A decision that breaks a billing rule or a constraint. `rule` names which."""
-
-    def __init__(self, rule: str, message: str):
-        super().__init__(message)
-        self.rule = rule
-
-
-@dataclass(frozen=True)
-class StageCost:
-    kind: Literal["validate", "idle", "train", "export"]
-    candidate_id: str
-    lines: tuple[BillingLine, ...]
-    cost: Decimal
-
-
-@dataclass(frozen=True)
-class PlanCost:
-    """Exact line items and total of one decision. `total_exact` is the exact rational value."""
-
-    total: Decimal
-    total_exact: Fraction
-    line_items: LineItems
-    stages: tuple[StageCost, ...]
-    wall_hours: Decimal
-    currency: str
-
-    def stage(self, kind: str) -> StageCost | None:
-        return next((s for s in self.stages if s.kind == kind), None)
-
-
-def _check_cover(c: Candidate, blocks: Mapping[str, int], metered: int) -> Fraction:
-    """Validate one rental's billing choice and return its compute cost (exact)."""
-    p = c.pricing
-    covered = 0
-    cost = Fraction(0)
-    for label, count in blocks.items():
-        block = p.block(label)
-        if block is None:
-            raise InvalidDecision("cover", f"candidate {c.id} has no price option {label!r}")
-        if not isinstance(count, int) or count < 0:
-            raise InvalidDecision("cover", f"candidate {c.id}: count of {label!r} must be a whole number >= 0")
-        covered += count * block.hours * SECONDS_PER_HOUR
-        cost += count * Fraction(block.price)
-    if not isinstance(metered, int) or not _valid_billed_seconds(p, metered):
-        raise InvalidDecision(
-            "cover",
-            f"candidate {c.id}: {metered} metered seconds cannot be billed "
-            f"(granularity {p.granularity_s} s, minimum {p.minimum_s} s, hourly {p.metered_hourly})",
-        )
-    if metered:
-        cost += Fraction(p.metered_hourly) * metered / SECONDS_PER_HOUR  # type: ignore[arg-type]
-    need = seconds_to_cover(c.hours)
-    if covered + metered < need:
-        raise InvalidDecision("cover", f"candidate {c.id}: pays for {covered + metered} s of the {need} s it runs")
-    return cost
-
-
-def _compute_lines(c: Candidate, blocks: Mapping[str, int], metered: int) -> list[BillingLine]:
+def _compute_lines(pricing: RentalPricing, counts: Sequence[int], metered_s: int, nodes: int,
+                   currency: str, note: str = "") -> list[Line]:
+    """Lines for a cover (block counts in `pricing.blocks` order, billed metered seconds) on `nodes` nodes."""
     lines = []
-    for label, count in blocks.items():
+    for block, count in zip(pricing.blocks, counts, strict=True):
         if count:
-            b = c.pricing.block(label)
-            assert b is not None
-            lines.append(
-                BillingLine(unit=b.unit.value, count=Decimal(count), unit_price=b.price, cost=count * b.price)
-            )
-    if metered:
-        hourly = c.pricing.metered_hourly
-        assert hourly is not None
-        cost = _to_decimal(Fraction(hourly) * metered / SECONDS_PER_HOUR)
-        hours = Decimal(metered) / SECONDS_PER_HOUR
-        lines.append(BillingLine(unit="hour", count=hours, unit_price=hourly, cost=cost))
+            price = block.price * nodes
+            lines.append(Line("compute", block.label, Decimal(count), price, round_money(price * count, currency),
+                              note=note))
+    if metered_s:
+        hourly = pricing.metered_hourly * nodes  # type: ignore[operator]
+        hours = Decimal(metered_s) / SECONDS_PER_HOUR
+        lines.append(Line("compute", "hour", hours, hourly, round_money(hourly * hours, currency), note=note))
     return lines
 
 
-def _fixed_line(amount: Decimal, what: str) -> BillingLine:
-    return BillingLine(unit="total", count=Decimal(1), unit_price=amount, cost=amount, what=what)
+def _cover(pricing: RentalPricing, seconds: int, window_s: int = 0) -> tuple[tuple[int, ...], int, int]:
+    found = _cached_cover(pricing, seconds, window_s)
+    if found is None:
+        raise ValueError("these prices cannot cover the running time")
+    return found
 
 
-def plan_cost(instance: PlanInstance, decision: Decision) -> PlanCost:
-    """Check `decision` against every rule of `instance` and price it exactly.
+@dataclass(frozen=True)
+class StageBill:
+    kind: StageKind
+    use_id: str
+    lines: tuple[Line, ...]
+    notes: tuple[str, ...] = ()
 
-    Raises InvalidDecision (with `.rule` = ids | idle | cover | deadline | budget) when the
-    decision is not a plan the instance allows.
+    @property
+    def cost(self) -> Decimal:
+        """The known part; unknown lines are listed in `unknown`, never counted as 0."""
+        return sum((ln.cost for ln in self.lines if ln.cost is not None), Decimal(0))
+
+    @property
+    def unknown(self) -> tuple[str, ...]:
+        return tuple(f"{ln.what} ({ln.count.normalize():f} {ln.unit})" for ln in self.lines if ln.cost is None)
+
+
+def _lines(*found: Line | None | Sequence[Line]) -> tuple[Line, ...]:
+    out: list[Line] = []
+    for item in found:
+        if item is None:
+            continue
+        out.extend(item if isinstance(item, (list, tuple)) else [item])
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# The exact pricers
+
+
+def price_alone(use: Use) -> tuple[StageBill, ...]:
+    """A stage on an instance of its own, destroyed after it.
+
+    Validation: run, copy data and checkpoint out (`out_hours`), destroy (the egress is the idle
+    stage's line). Training: every node imports, runs and keeps its disk; the export egress is
+    the export stage's line.
     """
-    by_id = instance.by_id
-    t = by_id.get(decision.train_id)
-    if t is None or t.stage != "train":
-        raise InvalidDecision("ids", f"{decision.train_id!r} is not a training candidate of this instance")
-    v: Candidate | None = None
-    if decision.validate_id is not None:
-        v = by_id.get(decision.validate_id)
-        if v is None or v.stage != "validate":
-            raise InvalidDecision("ids", f"{decision.validate_id!r} is not a validation candidate of this instance")
-    elif instance.validate:
-        raise InvalidDecision("ids", "this instance asks for a validation stage; the decision has none")
-    chosen = {t.id} | ({v.id} if v else set())
-    extra = (set(decision.blocks) | set(decision.metered_seconds)) - chosen
-    if extra:
-        raise InvalidDecision("ids", f"billing given for candidates that were not chosen: {sorted(extra)}")
-
-    if v is None:
-        if decision.idle is not None:
-            raise InvalidDecision("idle", "an idle choice needs a validation stage")
-    elif decision.idle not in ("stop", "destroy"):
-        raise InvalidDecision("idle", "with a validation stage the idle gap must be 'stop' or 'destroy'")
-    elif decision.idle == "stop" and v.offer_key != t.offer_key:
-        raise InvalidDecision("idle", "stop keeps the validation disk, so training must use the same offer")
-
-    items = {k: Fraction(0) for k in ("compute", "storage_running", "storage_stopped", "egress", "ingress")}
-    stages: list[StageCost] = []
-
-    def add_stage(
-        kind, cand: Candidate, compute: Fraction, lines: list[BillingLine], fixed: list[tuple[str, Decimal]]
-    ) -> None:
-        total = compute
-        items["compute"] += compute
-        for what, amount in fixed:
-            if amount:
-                items[what] += Fraction(amount)
-                total += Fraction(amount)
-                lines.append(_fixed_line(amount, what))
-        stages.append(StageCost(kind, cand.id, tuple(lines), _to_decimal(total)))
-
-    hours = t.hours
-    if v is not None:
-        vb, vm = decision.blocks.get(v.id, {}), decision.metered_seconds.get(v.id, 0)
-        add_stage("validate", v, _check_cover(v, vb, vm), _compute_lines(v, vb, vm),
-                  [("storage_running", v.storage_running), ("ingress", v.ingress), ("egress", v.egress)])
-        stopped = decision.idle == "stop"
-        idle_fixed = [("storage_stopped", v.stop_storage)] if stopped else [("egress", v.destroy_egress)]
-        add_stage("idle", v, Fraction(0), [], idle_fixed)
-        hours = v.hours + instance.idle_hours + t.hours
-    tb, tm = decision.blocks.get(t.id, {}), decision.metered_seconds.get(t.id, 0)
-    ingress = Decimal(0) if decision.idle == "stop" else t.ingress
-    add_stage("train", t, _check_cover(t, tb, tm), _compute_lines(t, tb, tm),
-              [("storage_running", t.storage_running), ("ingress", ingress)])
-    add_stage("export", t, Fraction(0), [], [("egress", t.egress)])
-
-    if instance.deadline_hours is not None and hours > instance.deadline_hours:
-        raise InvalidDecision(
-            "deadline", f"the plan takes {hours} h, past the deadline of {instance.deadline_hours} h"
-        )
-    total = sum(items.values(), Fraction(0))
-    if instance.budget is not None and total > instance.budget:
-        raise InvalidDecision("budget", f"the plan costs {_to_decimal(total)} {instance.currency}, over the budget")
-    return PlanCost(
-        total=_to_decimal(total),
-        total_exact=total,
-        line_items=LineItems(**{k: _to_decimal(x) for k, x in items.items()}),
-        stages=tuple(stages),
-        wall_hours=hours,
-        currency=instance.currency,
+    t, ccy, pricing = use.terms, use.terms.currency, use.pricing
+    running = use.hours + (use.out_hours if use.kind == "validate" else Decimal(0))
+    counts, metered, _ = _cover(pricing, seconds_to_cover(running))
+    run = _lines(
+        _compute_lines(pricing, counts, metered, use.nodes, ccy),
+        storage_line(t, use.disk_gb, use.nodes, running),
+        transfer_line(t, use.import_gb * use.nodes, "ingress", "base weights and data into a fresh instance"),
     )
+    out = transfer_line(t, use.out_gb, "egress",
+                        "data and checkpoint copied out before destroy" if use.kind == "validate"
+                        else "final weights and kept checkpoints")
+    after = "idle" if use.kind == "validate" else "export"
+    return (StageBill(use.kind, use.id, run), StageBill(after, use.id, _lines(out)))
+
+
+def lease_refusal(v: Use, t: Use, idle_hours: Decimal) -> str | None:
+    """Why validation `v` cannot continue into training `t` on the same instance, or None."""
+    if v.key != t.key:
+        return "training runs on another offer"
+    terms = v.terms
+    if idle_hours > 0 and terms.stopped_max_hours is not None and idle_hours > terms.stopped_max_hours:
+        return (f"{terms.provider} releases an instance stopped for more than "
+                f"{(terms.stopped_max_hours / 24).normalize():f} days (its data is wiped), and the gap is "
+                f"{(idle_hours / 24).normalize():f} days: destroy after copying out")
+    span = v.hours + idle_hours + t.hours
+    if terms.max_hours is not None and span > terms.max_hours:
+        return (f"the host rents for at most {terms.max_hours.normalize():f} h and the lease would take "
+                f"{span.quantize(Decimal('0.1'))} h")
+    return None
+
+
+def _gap_bills(terms: Terms) -> bool:
+    return terms.stopped_bills == "everything"
+
+
+def price_lease(v: Use, t: Use, idle_hours: Decimal) -> tuple[StageBill, ...]:
+    """Validation, the idle gap and training on ONE instance (node 1 of the training run).
+
+    Node 1 is one rental from the start of validation to the end of the export: blocks bought at
+    validation are consumed by the wall clock and carry across the gap. The gap is running time
+    when the platform bills a stopped instance in full (`stopped_bills = "everything"`), and with no
+    gap at all training simply continues; otherwise the instance is stopped, the gap is not
+    metered, and the cheaper of two real bills is taken: each session paid on its own, or one
+    prepaid window from validation that spans the gap into training (metered time after it).
+    The other nodes of a multi-node run are fresh rentals. Raises ValueError when
+    `lease_refusal` says no.
+    """
+    if (why := lease_refusal(v, t, idle_hours)) is not None:
+        raise ValueError(why)
+    terms, ccy, pricing = v.terms, v.terms.currency, v.pricing
+    sv, st = seconds_to_cover(v.hours), seconds_to_cover(t.hours)
+    sg = seconds_to_cover(idle_hours)
+    notes: list[str] = []
+    v_compute: list[Line]
+    t_compute: list[Line]
+    if sg == 0 or _gap_bills(terms):
+        counts, metered, _ = _cover(pricing, sv + sg + st)
+        window = sum(c * len_s for c, (_, len_s, _) in zip(counts, pricing.units.blocks, strict=True))
+        # Metered seconds fall after the prepaid window: split them over the stages by time.
+        used = max(0, sv + sg + st - window)
+        in_v = max(0, min(sv, sv - window)) if window < sv else 0
+        in_gap = max(0, min(sg, sv + sg - max(window, sv))) if sg else 0
+        in_t = used - in_v - in_gap + (metered - used)  # granule rounding lands on the last session
+        v_compute = _compute_lines(pricing, counts, in_v, 1, ccy)
+        gap_compute = _compute_lines(pricing, (0,) * len(counts), in_gap, 1, ccy,
+                                     note="a stopped instance bills in full here") if in_gap else []
+        t_compute = _compute_lines(pricing, (0,) * len(counts), in_t, 1, ccy)
+        if sg and _gap_bills(terms):
+            notes.append(f"{terms.provider} bills a stopped instance in full: the gap counts as rental time")
+    else:
+        separate = (_cover(pricing, sv), _cover(pricing, st))
+        spanning = _cached_cover(pricing, sv + sg + st, sv + sg)
+        gap_compute = []
+        if spanning is not None and spanning[2] < separate[0][2] + separate[1][2]:
+            counts, metered, _ = spanning
+            v_compute = _compute_lines(pricing, counts, 0, 1, ccy)
+            t_compute = _compute_lines(pricing, (0,) * len(counts), metered, 1, ccy)
+            notes.append("the prepaid time bought at validation lasts through the gap into training")
+        else:
+            (vc, vm, _), (tc, tm, _) = separate
+            v_compute = _compute_lines(pricing, vc, vm, 1, ccy)
+            t_compute = _compute_lines(pricing, tc, tm, 1, ccy)
+    others = t.nodes - 1
+    if others:
+        counts, metered, _ = _cover(pricing, st)
+        t_compute += _compute_lines(pricing, counts, metered, others, ccy, note=f"nodes 2-{t.nodes}, fresh rentals")
+    if sg == 0:
+        idle_lines: tuple[Line, ...] = ()
+    elif _gap_bills(terms):
+        idle_lines = _lines(gap_compute, storage_line(terms, v.disk_gb, 1, idle_hours, stopped=True,
+                                                      rate=terms.storage_gb_month))
+    elif terms.stopped_bills == "nothing":
+        idle_lines = ()
+        notes.append(f"{terms.provider} charges nothing for a stopped instance")
+    else:
+        idle_lines = _lines(storage_line(terms, v.disk_gb, 1, idle_hours, stopped=True))
+    validate = StageBill("validate", v.id, _lines(
+        v_compute, storage_line(terms, v.disk_gb, 1, v.hours),
+        transfer_line(terms, v.import_gb, "ingress", "base weights and data into a fresh instance")))
+    train = StageBill("train", t.id, _lines(
+        t_compute, storage_line(terms, t.disk_gb, t.nodes, t.hours),
+        transfer_line(terms, t.import_gb * others, "ingress", f"nodes 2-{t.nodes} import") if others else None))
+    export = StageBill("export", t.id, _lines(transfer_line(terms, t.out_gb, "egress", "final weights and kept checkpoints")))
+    return (validate, StageBill("idle", v.id, idle_lines, tuple(notes)), train, export)
+
+
+def cover_notes(pricing: RentalPricing, hours: Decimal, currency: str, nodes: int = 1) -> list[str]:
+    """What a user should know about paying for `hours` with prepaid blocks.
+
+    - A run just past a block boundary (30 days + half an hour of copying on a monthly offer):
+      how much finishing that tail sooner would save.
+    - A monthly block used only partly: the daily price below which renting by the day would be
+      cheaper (seed 004: 10 days of a monthly node -- consider daily rental).
+
+    >>> month = Block("month", PriceUnit.MONTH, 720, Decimal("7920"))
+    >>> cover_notes(RentalPricing(None, blocks=(month,)), Decimal("720.5"), "CNY")[0]
+    'the run lasts 0.5 h into a new month: finishing 0.5 h sooner (a faster export, a shorter run) would save 7920.00 CNY'
+    >>> cover_notes(RentalPricing(None, blocks=(month,)), Decimal(244), "CNY")[0]
+    'uses 244 h of a 720 h month: renting by the day would be cheaper at under 720.00 CNY per day (11 days)'
+    """
+    seconds = seconds_to_cover(hours)
+    counts, _, cost = _cover(pricing, seconds)
+    used = [(b, c) for b, c in zip(pricing.blocks, counts, strict=True) if c]
+    if not used:
+        return []
+    notes = []
+    longest, count = max(used, key=lambda bc: bc[0].hours)
+    length = longest.hours * SECONDS_PER_HOUR
+    excess = seconds - (seconds // length) * length
+    if 0 < excess <= max(SECONDS_PER_HOUR, length // 20):
+        trimmed = _cover(pricing, seconds - excess)[2]
+        saving = Fraction(cost - trimmed, pricing.units.unit) * nodes
+        if saving > 0:
+            tail = (Decimal(excess) / SECONDS_PER_HOUR).normalize()
+            notes.append(f"the run lasts {tail:f} h into a new {longest.label}: finishing {tail:f} h sooner (a faster "
+                         f"export, a shorter run) would save {round_money(_to_decimal(saving), currency)} {currency}")
+    if longest.unit == PriceUnit.MONTH and not any(b.unit == PriceUnit.DAY for b in pricing.blocks):
+        last = seconds - (count - 1) * length
+        if 0 < last < length:
+            days = -(-last // (24 * SECONDS_PER_HOUR))
+            per_day = longest.price * nodes / days
+            notes.append(f"uses {(Decimal(last) / SECONDS_PER_HOUR).normalize():f} h of a {longest.hours} h month: "
+                         f"renting by the day would be cheaper at under {round_money(per_day, currency)} {currency} "
+                         f"per day ({days} days)")
+    return notes
+
+
+# --------------------------------------------------------------------------------------------
+# Choices and plans
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A plan's decisions: the validation use (or none), what happens in the gap, the training use.
+
+    idle: "continue" (no gap, same instance), "stop" (same instance, stopped over the gap),
+    "destroy" (validation destroyed; training on a fresh instance), None (no validation).
+    """
+
+    validate: str | None
+    train: str
+    idle: Idle | None
+
+
+@dataclass(frozen=True)
+class IdleOption:
+    """The idle choice not taken, when the choice rested on an unknown price: shown to the user."""
+
+    idle: Idle
+    total: Decimal
+    unknown: tuple[str, ...]
+    break_even: str = ""
+
+
+@dataclass(frozen=True)
+class PlanBill:
+    choice: Choice
+    stages: tuple[StageBill, ...]
+    currency: str
+    wall_hours: Decimal  # validation (+ copy-out when destroyed) + gap + training
+    alternative: IdleOption | None = None
+
+    @cached_property
+    def total(self) -> Decimal:
+        return sum((s.cost for s in self.stages), Decimal(0))
+
+    @cached_property
+    def unknown(self) -> tuple[str, ...]:
+        return tuple(u for s in self.stages for u in s.unknown)
+
+    @property
+    def key(self) -> tuple[Decimal, bool]:
+        """Ranking: the known total, then fully priced before a plan with unknown charges."""
+        return (self.total, bool(self.unknown))
+
+    def line_items(self) -> dict[str, Decimal]:
+        items = dict.fromkeys(("compute", "storage_running", "storage_stopped", "egress", "ingress"), Decimal(0))
+        for s in self.stages:
+            for ln in s.lines:
+                if ln.cost is not None:
+                    items[ln.what] += ln.cost
+        return items
+
+    def stage(self, kind: str) -> StageBill | None:
+        return next((s for s in self.stages if s.kind == kind), None)
+
+
+def _certainly_no_dearer(a: PlanBill, b: PlanBill) -> bool:
+    """a costs no more than b whatever the unknown prices are: its unknowns are among b's kinds."""
+    kinds = lambda bill: {(ln.what, ln.unit) for s in bill.stages for ln in s.lines if ln.cost is None}  # noqa: E731
+    return a.total <= b.total and kinds(a) <= kinds(b)
+
+
+def idle_choice(keep: PlanBill, destroy: PlanBill) -> PlanBill:
+    """Stop (or continue) versus destroy for the same validation and training, on known money only.
+
+    When the two differ in unknown charges and neither is certainly cheaper, the fully priced
+    option (else the one with fewer unknowns, else the cheaper known total) is kept and the
+    other is attached as `alternative`, with what its unknown price would have to stay under.
+    """
+    if _certainly_no_dearer(keep, destroy):
+        return keep
+    if _certainly_no_dearer(destroy, keep):
+        return destroy
+    first, other = sorted((keep, destroy), key=lambda b: (len(b.unknown), b.total, b.choice.idle == "destroy"))
+    return replace(first, alternative=IdleOption(other.choice.idle, other.total, other.unknown,  # type: ignore[arg-type]
+                                                 _break_even(first, other)))
+
+
+def _break_even(kept: PlanBill, other: PlanBill) -> str:
+    """The price per unit under which `other`'s single unknown line would make it the cheaper plan."""
+    missing = [ln for s in other.stages for ln in s.lines if ln.cost is None]
+    if len(missing) != 1 or kept.unknown or not missing[0].count:
+        return ""
+    room = kept.total - other.total
+    if room <= 0:
+        return ""
+    line = missing[0]
+    per = (room / line.count).quantize(Decimal("0.0001"), rounding=ROUND_FLOOR)
+    return f"cheaper only if {line.what.replace('_', ' ')} costs under {per} {kept.currency} per {line.unit}"
+
+
+def price_plan(choice: Choice, uses: dict[str, Use], idle_hours: Decimal) -> PlanBill:
+    """The exact bill of `choice` over `uses` (by id). Raises ValueError for a choice no rule allows."""
+    t = uses[choice.train]
+    if t.kind != "train":
+        raise ValueError(f"{choice.train} is not a training use")
+    if choice.validate is None:
+        if choice.idle is not None:
+            raise ValueError("an idle choice needs a validation stage")
+        stages = price_alone(t)
+        return PlanBill(choice, stages, t.terms.currency, t.hours)
+    v = uses[choice.validate]
+    if v.kind != "validate":
+        raise ValueError(f"{choice.validate} is not a validation use")
+    if choice.idle == "destroy":
+        stages = price_alone(v) + price_alone(t)
+        return PlanBill(choice, stages, t.terms.currency, v.hours + v.out_hours + idle_hours + t.hours)
+    if (choice.idle == "continue") != (idle_hours == 0) or choice.idle not in ("stop", "continue"):
+        raise ValueError(f"idle {choice.idle!r} does not fit a gap of {idle_hours} h")
+    stages = price_lease(v, t, idle_hours)
+    return PlanBill(choice, stages, t.terms.currency, v.hours + idle_hours + t.hours)
+
+
+# --------------------------------------------------------------------------------------------
+# Cheap bounds, for pruning
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """lo <= the exact known total <= hi; `unknown`: the bill has unknown charges (exact)."""
+
+    lo: Decimal
+    hi: Decimal
+    unknown: bool
+
+
+def _lowest_rate(pricing: RentalPricing) -> Fraction:
+    """The lowest cost per covered second among the blocks and metered time (exact)."""
+    ip = pricing.units
+    low_cost, low_len = ip.floor_rate[-1] if ip.floor_rate else (ip.rate, 1)
+    return Fraction(low_cost, low_len * ip.unit)  # type: ignore[arg-type]
+
+
+def _compute_bounds(pricing: RentalPricing, seconds: int) -> tuple[Fraction, Fraction]:
+    """Cheap bounds on the cheapest cover of `seconds` (exact when the offer is only metered)."""
+    ip = pricing.units
+    if seconds <= 0:
+        return Fraction(0), Fraction(0)
+    metered_cost = None
+    if ip.rate is not None:
+        metered_cost = ip.rate * billed_metered_seconds(ip.granularity, ip.minimum, seconds)
+        if not ip.blocks:
+            exact = Fraction(metered_cost, ip.unit)
+            return exact, exact
+    singles = [-(-seconds // length) * price for _, length, price in ip.blocks]
+    if metered_cost is not None:
+        singles.append(metered_cost)
+    return seconds * _lowest_rate(pricing), Fraction(min(singles), ip.unit)
+
+
+def _fixed(lines: Sequence[Line | None]) -> tuple[Decimal, bool]:
+    known, unknown = Decimal(0), False
+    for ln in lines:
+        if ln is None:
+            continue
+        if ln.cost is None:
+            unknown = True
+        else:
+            known += ln.cost
+    return known, unknown
+
+
+def _slack(currency: str) -> Decimal:
+    """What rounding each line to the minor unit can move a total by."""
+    unit = round_money(Decimal(0), currency).as_tuple().exponent
+    return Decimal(1).scaleb(unit) * LINE_ROUNDING  # type: ignore[arg-type]
+
+
+def _bounds(lo: Fraction, hi: Fraction, fixed: Decimal, unknown: bool, currency: str) -> Bounds:
+    slack = _slack(currency)
+    return Bounds(_to_decimal(lo) + fixed - slack, _to_decimal(hi) + fixed + slack, unknown)
+
+
+def use_bounds(use: Use) -> Bounds:
+    """Bounds on `price_alone(use)`'s total; the disk and transfer charges are exact and cheap."""
+    t = use.terms
+    running = use.hours + (use.out_hours if use.kind == "validate" else Decimal(0))
+    lo, hi = _compute_bounds(use.pricing, seconds_to_cover(running))
+    fixed, unknown = _fixed([
+        storage_line(t, use.disk_gb, use.nodes, running),
+        transfer_line(t, use.import_gb * use.nodes, "ingress"), transfer_line(t, use.out_gb, "egress")])
+    return _bounds(lo * use.nodes, hi * use.nodes, fixed, unknown, t.currency)
+
+
+def lease_bounds(v: Use, t: Use, idle_hours: Decimal) -> Bounds | None:
+    """Bounds on `price_lease(v, t, idle_hours)`'s total, or None when the lease is refused.
+
+    Lower: every billable second at the offer's lowest rate per second. Upper: the sessions paid
+    on their own (or one session through a billed gap), each by its cheapest single option.
+    """
+    if lease_refusal(v, t, idle_hours) is not None:
+        return None
+    terms, pricing = v.terms, v.pricing
+    sv, st, sg = seconds_to_cover(v.hours), seconds_to_cover(t.hours), seconds_to_cover(idle_hours)
+    if sg == 0 or _gap_bills(terms):
+        lo, hi = _compute_bounds(pricing, sv + sg + st)
+    else:
+        (vlo, vhi), (tlo, thi) = _compute_bounds(pricing, sv), _compute_bounds(pricing, st)
+        lo = min(vlo + tlo, (sv + st) * _lowest_rate(pricing))
+        hi = vhi + thi
+    others = t.nodes - 1
+    if others:
+        olo, ohi = _compute_bounds(pricing, st)
+        lo, hi = lo + olo * others, hi + ohi * others
+    if sg and not _gap_bills(terms) and terms.stopped_bills == "nothing":
+        gap = None
+    elif sg:
+        gap = storage_line(terms, v.disk_gb, 1, idle_hours, stopped=True,
+                           rate=terms.storage_gb_month if _gap_bills(terms) else "default")
+    else:
+        gap = None
+    fixed, unknown = _fixed([
+        storage_line(terms, v.disk_gb, 1, v.hours), transfer_line(terms, v.import_gb, "ingress"), gap,
+        storage_line(terms, t.disk_gb, t.nodes, t.hours),
+        transfer_line(terms, t.import_gb * others, "ingress") if others else None,
+        transfer_line(terms, t.out_gb, "egress")])
+    return _bounds(lo, hi, fixed, unknown, terms.currency)

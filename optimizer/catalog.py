@@ -84,6 +84,12 @@ class OfferSet:
     def plan_rows(self) -> list[PlanRow]:
         return self.rows if self.rows is not None else [plan_row(o) for o in self.offers]
 
+    def all_offers(self) -> list[Offer]:
+        """Every offer of the set as a full Offer (a lazy set reads them from the store now)."""
+        if self.rows is None:
+            return self.offers
+        return list(self.offers_by_key(r.key for r in self.rows).values())
+
     def offers_by_key(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Offer]:
         """Full offers for planning-row keys. For a lazy set, read from the store and checked
         against the rows it ranked (a refresh in between is reported, never mixed in)."""

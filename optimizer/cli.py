@@ -205,24 +205,41 @@ _non_negative_decimal_option = _decimal_option(allow_zero=True)
 
 @cli.command("quote")
 @workload_options
-@click.option("--days", callback=_positive_decimal_option, metavar="D", help="Wall-clock days of training.")
 @click.option("--tokens", callback=_tokens_option, metavar="T",
-              help="Training tokens (2e9, 500M, 2B); hours then come from the timing model per layout.")
+              help="The job's size in training tokens (2e9, 500M, 2B); every plan is priced for them.")
+@click.option("--epochs", type=click.FloatRange(min=0, min_open=True), metavar="E",
+              help="With --dataset-tokens: the job is E passes over the dataset.")
+@click.option("--dataset-tokens", callback=_tokens_option, metavar="N", help="Tokens in the dataset (with --epochs).")
+@click.option("--days", callback=_positive_decimal_option, metavar="D",
+              help="The job takes D days on the reference layout --on; converted to tokens (the deadline defaults "
+                   "to the reference's own finish).")
+@click.option("--on", "on_spec", metavar="SPEC",
+              help="The reference layout for --days: 8xRTX-4090, A100-SXM-80GB, 2xH100-SXM-80GB. Default: the fewest "
+                   "A100-SXM-80GB that hold the job.")
+@click.option("--rent-days", callback=_positive_decimal_option, metavar="D",
+              help="A fixed rental period instead: each plan trains D days; ranked by cost per billion tokens.")
+@click.option("--gpu", "gpu_names", multiple=True, metavar="GPU[:N]",
+              help="Only these GPUs (comma list or repeated; ':8' also fixes the GPUs per node): H100-SXM-80GB,A100:8.")
+@click.option("--exclude-gpu", "exclude_gpus", multiple=True, metavar="GPU", help="Never these GPUs (comma list or repeated).")
+@click.option("--min-gpu-memory", type=click.FloatRange(min=0), metavar="GB", help="Only GPUs with at least GB of memory.")
+@click.option("--max-nodes", type=click.IntRange(min=1, max=64), default=8, show_default=True,
+              help="At most this many nodes of one offer (multi-node needs InfiniBand/RoCE >= 200 Gb/s).")
 @click.option("--providers", "providers", metavar="A,B", help="Only offers from these providers.")
 @click.option("--offers-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Plan over this JSON (`rentopt offers --format json`) or hand-written CSV instead of the store.")
 @click.option("--currency", default="USD", show_default=True, help="Currency of the quote (offers are converted).")
 @click.option("--fx", "fx_overrides", multiple=True, metavar="CODE=RATE", help="Exchange rate override, units per USD (--fx CNY=7.1).")
 @click.option("--validate-hours", callback=_positive_decimal_option, default="4", show_default=True, metavar="H",
-              help="Length of the validation run (seeds' step 1).")
+              help="Length of the validation run: the same job at micro-batch 1, on a cheap instance of the training GPU.")
 @click.option("--no-validate", is_flag=True, help="Skip the validation stage.")
 @click.option("--idle-days", callback=_non_negative_decimal_option, default="0", show_default=True, metavar="N",
-              help="Gap between validation and training (stop and pay for disk, or destroy: priced both ways).")
+              help="Gap between validation and training (keep the instance stopped, or destroy: priced both ways).")
 @click.option("--keep-checkpoints", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Checkpoints kept on disk (seeds: the latest and the best).")
+              help="Checkpoints kept on disk (the latest and the best).")
 @click.option("--data-gb", callback=_non_negative_decimal_option, default="10", show_default=True, metavar="GB",
               help="Dataset size on the instance's disk.")
-@click.option("--deadline-days", callback=_positive_decimal_option, metavar="D", help="Everything done within D days.")
+@click.option("--deadline-days", callback=_positive_decimal_option, metavar="D",
+              help="Validation, gap and training done within D days, at the slow end of the speed range.")
 @click.option("--budget", callback=_positive_decimal_option, metavar="X", help="Total at most X in --currency.")
 @click.option("--top", type=click.IntRange(min=1, max=50), default=5, show_default=True,
               help="Plans to show, each on a different provider or GPU.")
@@ -232,55 +249,91 @@ _non_negative_decimal_option = _decimal_option(allow_zero=True)
               help="Hours between checkpoints (what a spot preemption loses).")
 @click.option("--measured-peak-gb", type=click.FloatRange(min=0, min_open=True), metavar="G",
               help="Peak GPU memory measured in validation (nvidia-smi): re-plan from it instead of the estimate.")
+@click.option("--measured-tokens-per-second", type=click.FloatRange(min=0, min_open=True), metavar="R",
+              help="Tokens/s measured in validation: calibrates every layout's speed (where: --measured-on).")
+@click.option("--measured-on", "measured_on", metavar="SPEC",
+              help="The layout the measurements were taken on (default: the --days reference).")
 @click.option("--explain", is_flag=True, help="List every rejected offer with the number that failed.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
-def quote_command(days: Any, tokens: float | None, providers: str | None, offers_file: Path | None, currency: str,
-                  fx_overrides: tuple[str, ...], validate_hours: Any, no_validate: bool, idle_days: Any,
+def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: float | None, days: Any,
+                  on_spec: str | None, rent_days: Any, gpu_names: tuple[str, ...], exclude_gpus: tuple[str, ...],
+                  min_gpu_memory: float | None, max_nodes: int, providers: str | None, offers_file: Path | None,
+                  currency: str, fx_overrides: tuple[str, ...], validate_hours: Any, no_validate: bool, idle_days: Any,
                   keep_checkpoints: int, data_gb: Any, deadline_days: Any, budget: Any, top: int, spot: bool,
-                  checkpoint_every: Any, measured_peak_gb: float | None, explain: bool, fmt: str, **kw: Any) -> None:
+                  checkpoint_every: Any, measured_peak_gb: float | None, measured_tokens_per_second: float | None,
+                  measured_on: str | None, explain: bool, fmt: str, **kw: Any) -> None:
     """The cheapest way to run a training job, as whole-job plans priced line by line.
 
     \b
     Examples:
       rentopt quote --model 13b --mode lora --days 10
+      rentopt quote --model 7b --mode full --days 10 --on 8xRTX-4090
       rentopt quote --model 7b --mode full --tokens 2B --deadline-days 7 --currency CNY
-      rentopt quote --model llama-3.1-8b --mode qlora --days 3 --spot --format json
+      rentopt quote --model 8b --mode qlora --epochs 3 --dataset-tokens 150M --spot --format json
+      rentopt quote --model 13b --mode lora --rent-days 14 --gpu RTX-4090-24GB,A100-SXM-80GB
       rentopt quote --model 13b --mode lora --days 10 --idle-days 14 --explain
-      rentopt quote --model 13b --mode lora --days 10 --offers-file my-prices.csv
 
-    Each plan is a sequence of stages: validate (a short run on the cheapest config that fits,
-    --validate-hours), idle (stop and keep paying for disk, or destroy after copying out:
-    priced both ways), train (--days of wall-clock, or --tokens through the timing model), and
-    export (copy weights and checkpoints out before destroying). Bills include compute in the
-    cheapest mix of the offer's units (hour/day/week/month/term), disk while running and
-    stopped, egress and ingress. No feasible plan: exit status 3 with the binding constraint.
+    Plans are compared for the same work, in tokens: --tokens (or --epochs x --dataset-tokens)
+    says it directly; --days D says "D days on the reference layout" (--on; by default the
+    fewest A100-SXM-80GB that hold the job) and the speed model converts it. Each plan shows its
+    finish time, tokens/s range and cost per billion tokens. --rent-days instead fixes the rental
+    period and ranks plans by cost per billion tokens.
+
+    Each plan is a sequence of stages: validate (the same job at micro-batch 1, on a cheap
+    instance of the training GPU), idle (keep the instance stopped, or destroy after copying out:
+    priced both ways), train, and export (copy weights and checkpoints out before destroying).
+    Bills include compute in the cheapest mix of the offer's units (hour/day/week/month/term, one
+    rental across stages on the same instance), disk while running and stopped, egress and
+    ingress; an unknown price is shown as unknown, never as 0. No feasible plan: exit status 3
+    with the binding constraint.
     """
     from rentopt.optimizer.catalog import load_offers
     from rentopt.optimizer.currency import FxTable, parse_fx_option
     from rentopt.optimizer.feasibility import Pins
-    from rentopt.optimizer.planner import QuoteRequest, build_quote
+    from rentopt.optimizer.planner import GpuFilter, QuoteRequest, build_quote, parse_gpu_filter, parse_reference
     from rentopt.optimizer.render import quote_json, quote_markdown, quote_table
 
-    if (days is None) == (tokens is None):
-        raise click.UsageError("give exactly one of --days or --tokens")
+    basis = "--tokens"
+    if (epochs is None) != (dataset_tokens is None):
+        raise click.UsageError("--epochs and --dataset-tokens go together: the job is epochs x dataset tokens")
+    if epochs is not None:
+        if tokens is not None:
+            raise click.UsageError("give --tokens or --epochs with --dataset-tokens, not both")
+        tokens = epochs * dataset_tokens  # type: ignore[operator]
+        basis = f"--epochs {epochs:g} x --dataset-tokens {dataset_tokens:g}"
+    if sum(x is not None for x in (tokens, days, rent_days)) != 1:
+        raise click.UsageError("size the job with exactly one of --tokens (or --epochs with --dataset-tokens), "
+                               "--days (work on a reference layout) or --rent-days (a fixed rental period)")
+    if on_spec is not None and days is None:
+        raise click.UsageError("--on names the layout that --days are measured on; it needs --days")
     model, setup = _workload(kw)
     fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))
     pins = Pins(zero=kw["zero"], fsdp=kw["fsdp"] or None, tensor_parallel=kw["tensor_parallel"], offload=kw["offload"])
+    gpu_filter = GpuFilter(include=parse_gpu_filter(gpu_names), exclude=tuple(g for g, _ in parse_gpu_filter(exclude_gpus)),
+                           min_memory_gb=min_gpu_memory, gpus_per_node=kw["gpus"], max_nodes=max_nodes)
     request = QuoteRequest(
-        model=model, setup=setup, days=days, tokens=tokens, currency=currency.strip().upper(),
+        model=model, setup=setup, tokens=tokens, days=days, rent_days=rent_days,
+        reference=parse_reference(on_spec) if on_spec else None, currency=currency.strip().upper(),
         validate_hours=None if no_validate else validate_hours, idle_days=idle_days,
         keep_checkpoints=keep_checkpoints, data_gb=data_gb, deadline_days=deadline_days, budget=budget,
-        top=top, spot=spot, checkpoint_every_hours=checkpoint_every, measured_peak_gb=measured_peak_gb, pins=pins,
+        top=top, spot=spot, checkpoint_every_hours=checkpoint_every, measured_peak_gb=measured_peak_gb,
+        measured_tokens_per_second=measured_tokens_per_second,
+        measured_on=parse_reference(measured_on) if measured_on else None, pins=pins, gpu_filter=gpu_filter,
+        tokens_basis=basis,
     )
     offers = load_offers(_comma_list(providers), offers_file, lazy=True)
     quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
     if fmt == "json":
         click.echo(quote_json(quote))
     elif fmt == "markdown":
-        click.echo(quote_markdown(quote))
+        click.echo(quote_markdown(quote, job=_job_line(model, setup)))
     else:
-        click.echo(f"Quote for {model.name}, {setup.mode}" + (f" ({'; '.join(model.notes)})" if model.notes else ""))
+        click.echo(_job_line(model, setup))
         click.echo(quote_table(quote, explain=explain))
+
+
+def _job_line(model: Any, setup: Any) -> str:
+    return f"Quote for {model.name}, {setup.mode}" + (f" ({'; '.join(model.notes)})" if model.notes else "")
 
 
 @cli.command("models")

@@ -572,11 +572,12 @@ StageKind = Literal["validate", "idle", "train", "export"]
 
 
 class BillingLine(BaseModel):
-    unit: str  # hour, day, week, month, term, GB-month, GB
+    unit: str  # hour, day, week, month, a term label, GB-month, GB
     count: Decimal
-    unit_price: Decimal
-    cost: Decimal
+    unit_price: Decimal | None  # None: the provider does not publish this price
+    cost: Decimal | None  # None: unknown, so not in the total (never 0)
     what: str = "compute"  # compute, storage_running, storage_stopped, egress, ingress
+    note: str = ""
 
 
 class PlanStage(BaseModel):
@@ -589,7 +590,10 @@ class PlanStage(BaseModel):
     layout: str
     hours: Decimal
     billing: list[BillingLine]
-    cost: Decimal
+    cost: Decimal  # the known part; `unknown_charges` lists the rest
+    unknown_charges: list[str] = []
+    precision: str | None = None  # what actually runs on this stage's GPUs (running stages)
+    attention: str | None = None
     notes: list[str] = []
 
 
@@ -616,15 +620,40 @@ class FxRate(BaseModel):
     source: str
 
 
+class TokenRate(BaseModel):
+    """Tokens per second of the whole training stage (all GPUs, all nodes): the speed model's range."""
+
+    low: float
+    typical: float
+    high: float
+
+
+class Work(BaseModel):
+    """What every plan of a quote does. `tokens` None: a fixed rental period (each plan's own)."""
+
+    tokens: float | None
+    basis: str  # "--tokens", or the reference sentence ("10 days on 1 x A100-SXM-80GB = 1.93 B tokens")
+    deadline_hours: Decimal | None = None
+
+
 class Plan(BaseModel):
     rank: int
-    total: Decimal
+    total: Decimal  # known charges; `unknown_charges` lists what is not in it
     currency: str
     stages: list[PlanStage]
     line_items: LineItems
-    idle: Literal["stop", "destroy"] | None = None
-    hours_low: Decimal | None = None  # timing range, when --tokens
+    unknown_charges: list[str] = []
+    idle: Literal["stop", "destroy", "continue"] | None = None
+    idle_alternative: str | None = None  # the idle choice not taken, when unknown prices decided it
+    hours: Decimal | None = None  # wall clock, typical: validation + gap + training
+    hours_low: Decimal | None = None  # wall clock at the fast / slow end of the speed range
     hours_high: Decimal | None = None
+    total_low: Decimal | None = None  # the same plan priced at those ends
+    total_high: Decimal | None = None
+    tokens: Decimal | None = None
+    tokens_per_second: TokenRate | None = None
+    cost_per_billion_tokens: Decimal | None = None
+    scaling_efficiency: float | None = None
     prices: list[PriceSource] = []
     notes: list[str] = []
 
@@ -633,6 +662,7 @@ class Quote(BaseModel):
     currency: str
     prices_as_of: datetime | None
     price_origin: Origin
+    work: Work | None = None
     fx: list[FxRate] = []
     plans: list[Plan]
     rejected: list[Rejection] = []

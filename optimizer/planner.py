@@ -1,57 +1,70 @@
 """The quote: from a workload and a set of offers to ranked, priced whole-job plans.
 
-For every offer this module decides the layout (feasibility), the hours (the requested days,
-or tokens through the timing model), the disk, transfer and idle-gap charges (billing), and
-hands the solver a fully prepared `PlanInstance`. The solver's decisions come back as Plans with
-stages, billing lines and the reasons behind each choice.
+`plan_instance` is a pure function: (request, offers, fx) -> (plan instance, rejections). It
+owns what the job is and where it can run; it prices nothing (billing.py does) and chooses
+nothing (solver.py does). For every offer it decides the layout per node count (feasibility),
+the hours the job's tokens take there (timing), the disk, imports and exports, and makes one
+billing `Use` per stage option. `build_quote` then asks the solver for the best plans and turns
+the priced bills into the `Quote` the CLI renders.
 
-Stages (design.md "Billing and the plan"): VALIDATE (the seeds' step 1: run the pipeline end to
-end on the cheapest configuration that fits the smallest batch), IDLE (stop and pay for the
-disk, or destroy after copying data and checkpoints out), TRAIN, EXPORT (copy the final weights
-and kept checkpoints out, then destroy: seed 000).
+The work. Plans are compared for the same job, in tokens (principle 1: price the work, not the
+rental):
+- `--tokens T` (or epochs x dataset tokens) is the job;
+- `--days D` means "the job takes D days on a reference layout" (`--on`, by default the fewest
+  A100-SXM-80GB GPUs that hold it: the field's unit of GPU-days); the speed model turns that
+  into tokens, printed as an assumption;
+- `--rent-days D` is a fixed rental period: every plan trains D days, does the work its speed
+  allows, and plans are ranked by cost per token.
+
+Stages (the seeds' procedure): VALIDATE (run the same job -- mode, precision, attention kernel,
+parallel family -- at micro-batch 1, on the cheapest instance of the training GPU model, or one
+of its architecture, that holds it), IDLE (the gap before training: keep the instance, or
+destroy it after copying out), TRAIN, EXPORT (copy the final weights and kept checkpoints out,
+then destroy).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
-from typing import Any
+from typing import Any, Literal
 
 from rentopt.optimizer.billing import (
-    Candidate,
-    Decision,
-    PlanCost,
-    PlanInstance,
-    billed_metered_seconds,
+    Choice,
+    PlanBill,
+    Terms,
+    Use,
+    cover_notes,
     explain_cover,
-    offer_rates,
-    plan_cost,
-    rental_pricing,
+    offer_terms,
+    price_plan,
     round_money,
-    storage_cost,
-    transfer_cost,
     transfer_hours,
 )
 from rentopt.optimizer.catalog import OfferSet
 from rentopt.optimizer.currency import FxTable
-from rentopt.optimizer.errors import NoFeasiblePlan
+from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, find_layout
-from rentopt.optimizer.gc_pause import gc_paused
-from rentopt.optimizer.hardware import get_gpu
+from rentopt.optimizer.hardware import get_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import estimate
 from rentopt.optimizer.models import (
+    BillingLine,
     GpuSpec,
+    Layout,
+    LineItems,
     MemoryEstimate,
     ModelSpec,
     Offer,
     Plan,
-    PlanRow,
     PlanStage,
     PriceSource,
     Quote,
     Rejection,
+    TokenRate,
     TrainingSetup,
+    Work,
 )
 from rentopt.optimizer.timing import training_time
 
@@ -76,15 +89,112 @@ PREEMPTIONS_PER_HOUR = {"hyperscaler": Decimal("0.0005"), "marketplace": Decimal
 PROVIDER_CLASS = {"aws": "hyperscaler", "azure": "hyperscaler", "gcp": "hyperscaler"}
 RESTART_HOURS = Decimal("0.25")
 
+# The default reference for --days: NVIDIA DGX A100 nodes, 8 x A100-SXM-80GB on NVLink/NVSwitch
+# and 8 x 200 Gb/s HDR InfiniBand per node (NVIDIA DGX A100 datasheet), the unit behind most
+# published "GPU-days" of fine-tuning.
+REFERENCE_GPU = "A100-SXM4-80GB"
+REFERENCE_FABRIC_GBPS = 1600.0
+REFERENCE_MAX_NODES = 64
+
+# Seed 004: "多机训练扩展效率低于70%说明网络有瓶颈" -- scaling efficiency under 70 % means the
+# network is the bottleneck; every such plan says so.
+LOW_SCALING = 0.70
+
+Objective = Literal["total", "per_token"]
+
+
+@dataclass(frozen=True)
+class GpuFilter:
+    """Which GPUs a quote may use (`--gpu`, `--exclude-gpu`, `--min-gpu-memory`, `--gpus`, `--max-nodes`).
+
+    `include` maps a catalog id to a GPU count per node that must match (None: any count).
+    """
+
+    include: tuple[tuple[str, int | None], ...] = ()
+    exclude: tuple[str, ...] = ()
+    min_memory_gb: float | None = None
+    gpus_per_node: int | None = None
+    max_nodes: int = MAX_NODES
+
+    def reason(self, offer: Offer) -> str | None:
+        """Why `offer` is filtered out, or None."""
+        if self.include and not any(offer.gpu == g and (n is None or offer.gpus == n) for g, n in self.include):
+            wanted = ", ".join(g + (f":{n}" if n else "") for g, n in self.include)
+            return f"--gpu {wanted}: this offer is {offer.gpus} x {offer.gpu}"
+        if offer.gpu in self.exclude:
+            return f"--exclude-gpu {offer.gpu}"
+        if self.min_memory_gb is not None and offer.gpu_memory_gb < self.min_memory_gb:
+            return f"--min-gpu-memory {self.min_memory_gb:g}: {offer.gpu} has {offer.gpu_memory_gb:g} GB"
+        if self.gpus_per_node is not None and offer.gpus != self.gpus_per_node:
+            return f"--gpus {self.gpus_per_node}: this offer has {offer.gpus} GPUs per node"
+        return None
+
+
+def parse_gpu_filter(items: Sequence[str]) -> tuple[tuple[str, int | None], ...]:
+    """`--gpu H100-SXM-80GB,A100:8` -> ((id, None), (id, 8)); names resolve through the catalog."""
+    out: list[tuple[str, int | None]] = []
+    for item in items:
+        for part in item.split(","):
+            name, _, count = part.strip().partition(":")
+            if not name.strip():
+                continue
+            n: int | None = None
+            if count.strip():
+                if not count.strip().isdigit() or int(count) < 1:
+                    raise InputError(f"--gpu {part.strip()!r}: the count after ':' must be a whole number of GPUs")
+                n = int(count)
+            out.append((resolve_user_gpu(name.strip()).id, n))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A layout the job's --days are measured on: `gpus` x `gpu` per node, `nodes` nodes."""
+
+    gpu: str
+    gpus: int
+    nodes: int = 1
+
+    @property
+    def text(self) -> str:
+        return f"{self.gpus * self.nodes} x {self.gpu}" + (f" ({self.nodes} nodes)" if self.nodes > 1 else "")
+
+
+def parse_reference(spec: str) -> Reference:
+    """`--on 8xRTX-4090`, `--on A100-SXM-80GB`, `--on 16xH100-SXM-80GB` (two 8-GPU nodes).
+
+    >>> parse_reference("8xRTX-4090")
+    Reference(gpu='RTX-4090-24GB', gpus=8, nodes=1)
+    >>> parse_reference("16 x A100-SXM-80GB")
+    Reference(gpu='A100-SXM4-80GB', gpus=8, nodes=2)
+    """
+    text = spec.strip()
+    count = 1
+    head, sep, rest = text.partition("x")
+    if sep and head.strip().isdigit():
+        count, text = int(head.strip()), rest.strip()
+    if count < 1:
+        raise InputError(f"--on {spec!r}: the GPU count must be at least 1")
+    gpu = resolve_user_gpu(text)
+    per_node = min(count, gpu.max_gpus_per_node)
+    if count % per_node:
+        raise InputError(f"--on {spec!r}: {count} GPUs do not split into nodes of {per_node}")
+    return Reference(gpu.id, per_node, count // per_node)
+
 
 @dataclass(frozen=True)
 class QuoteRequest:
-    """What `rentopt quote` was asked. Money amounts are in `currency`."""
+    """What `rentopt quote` was asked. Money amounts are in `currency`.
+
+    Exactly one of `tokens`, `days` (of work on `reference`) and `rent_days` sizes the job.
+    """
 
     model: ModelSpec
     setup: TrainingSetup
-    days: Decimal | None = None
     tokens: float | None = None
+    days: Decimal | None = None
+    reference: Reference | None = None  # --on; None: the default (fewest A100-SXM-80GB)
+    rent_days: Decimal | None = None
     currency: str = "USD"
     validate_hours: Decimal | None = Decimal(4)  # None: no validation stage
     idle_days: Decimal = Decimal(0)
@@ -96,11 +206,17 @@ class QuoteRequest:
     spot: bool = False
     checkpoint_every_hours: Decimal = Decimal(1)  # seed 000: at least hourly if an hour is all you can lose
     measured_peak_gb: float | None = None
+    measured_tokens_per_second: float | None = None
+    measured_on: Reference | None = None  # where the measurements were taken (default: the reference)
     pins: Pins = Pins()
+    gpu_filter: GpuFilter = GpuFilter()
+    tokens_basis: str = "--tokens"
 
     def __post_init__(self) -> None:
-        if (self.days is None) == (self.tokens is None):
-            raise ValueError("give exactly one of --days or --tokens")
+        if sum(x is not None for x in (self.tokens, self.days, self.rent_days)) != 1:
+            raise InputError("give exactly one of --tokens (or --epochs with --dataset-tokens), --days or --rent-days")
+        if self.reference is not None and self.days is None:
+            raise InputError("--on names the layout that --days are measured on; it needs --days")
 
 
 @dataclass
@@ -116,15 +232,6 @@ class _Prepared:
     export_gb: Decimal  # final weights + kept checkpoints
     destroy_gb: Decimal  # data + the validation checkpoint, copied out on destroy
     notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Built:
-    instance: PlanInstance
-    rejected: list[tuple[PlanRow, str, str]]  # (offer, constraint, reason); Rejection objects on demand
-    offers: dict[str, Offer]  # by candidate id
-    time_ranges: dict[str, tuple[Decimal, Decimal]]
-    closest_memory: str | None
 
 
 def _gb(x: float) -> Decimal:
@@ -148,10 +255,7 @@ def _prepare(req: QuoteRequest) -> _Prepared:
     files = _gb(train_mem.model_files_gb)
     ckpt = _gb(train_mem.checkpoint_gb)
     keep = Decimal(req.keep_checkpoints)
-    if setup.mode == "full":
-        final = files
-    else:  # the adapters (fp32 in PEFT's adapter_model.safetensors)
-        final = _gb(train_mem.trainable_params_b * 4)
+    final = files if setup.mode == "full" else _gb(train_mem.trainable_params_b * 4)  # PEFT adapters in fp32
     return _Prepared(
         train_memory=train_mem, validate_setup=validate_setup, memory_scale=scale,
         disk_gb=files + req.data_gb + keep * ckpt,
@@ -163,19 +267,13 @@ def _prepare(req: QuoteRequest) -> _Prepared:
     )
 
 
-def _shape(offer: PlanRow, gpu: GpuSpec, nodes: int, host_ram_gb: float | None) -> NodeShape:
-    return NodeShape(gpu=gpu, gpus_per_node=offer.gpus, nodes=nodes, interconnect=offer.interconnect,  # type: ignore[arg-type]
-                     fabric=offer.fabric, fabric_gbps=offer.fabric_gbps,  # type: ignore[arg-type]
-                     memory_gb=offer.gpu_memory_gb, host_ram_gb=host_ram_gb)
-
-
 def _hours(x: float | Decimal) -> Decimal:
     """Hours on a 1e-6 grid, rounded up (never under-bill)."""
     return Decimal(str(x)).quantize(Decimal("0.000001"), rounding=ROUND_CEILING)
 
 
-def _spot_factor(offer: Offer | PlanRow, every: Decimal) -> tuple[Decimal, str]:
-    cls = PROVIDER_CLASS.get(offer.provider, "marketplace")
+def _spot_factor(provider: str, every: Decimal) -> tuple[Decimal, str]:
+    cls = PROVIDER_CLASS.get(provider, "marketplace")
     rate = PREEMPTIONS_PER_HOUR[cls]
     lost = every / 2 + RESTART_HOURS
     factor = 1 + rate * lost
@@ -184,333 +282,372 @@ def _spot_factor(offer: Offer | PlanRow, every: Decimal) -> tuple[Decimal, str]:
     return factor, note
 
 
-@dataclass(slots=True)
-class _Row:
-    """One way to use an offer in one stage, priced roughly in floats for the dominance pass."""
+# --------------------------------------------------------------------------------------------
+# Speed
 
-    stage: str  # "v" or "t"
-    offer: PlanRow
+
+@dataclass(frozen=True)
+class Speed:
+    """Tokens per second of a whole layout (all GPUs, all nodes), with the speed model's notes."""
+
+    low: float
+    typical: float
+    high: float
+    scaling: float
+    notes: tuple[str, ...] = ()
+
+    def scaled(self, factor: float) -> Speed:
+        return replace(self, low=self.low * factor, typical=self.typical * factor, high=self.high * factor)
+
+
+def layout_speed(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpec) -> Speed:
+    """The speed model (timing.py) for one layout, as a tokens/s range."""
+    probe = 1e9
+    t = training_time(model, setup, layout, gpu, probe)
+    rate = lambda hours: probe / (hours * 3600)  # noqa: E731
+    return Speed(rate(t.hours_high), rate(t.hours), rate(t.hours_low), layout.scaling_efficiency, tuple(t.assumptions))
+
+
+def _reference_shape(ref: Reference) -> NodeShape:
+    gpu = get_gpu(ref.gpu)
+    nvlink = gpu.has_nvlink and gpu.form_factor in ("SXM", "OAM")
+    return NodeShape(gpu=gpu, gpus_per_node=ref.gpus, nodes=ref.nodes, interconnect="nvlink" if nvlink else "pcie",
+                     fabric="infiniband" if ref.nodes > 1 else None,
+                     fabric_gbps=REFERENCE_FABRIC_GBPS if ref.nodes > 1 else None)
+
+
+def default_reference(model: ModelSpec, setup: TrainingSetup, pins: Pins) -> tuple[Reference, Fit]:
+    """The fewest A100-SXM-80GB that hold the job: 1, 2, 4, 8 on one NVLink node, then nodes of 8."""
+    options = [Reference(REFERENCE_GPU, n) for n in (1, 2, 4, 8)]
+    options += [Reference(REFERENCE_GPU, 8, nodes) for nodes in range(2, REFERENCE_MAX_NODES + 1)]
+    for ref in options:
+        fit = find_layout(model, setup, _reference_shape(ref), pins=pins)
+        if isinstance(fit, Fit):
+            return ref, fit
+    raise InputError(f"the job does not fit on up to {REFERENCE_MAX_NODES} nodes of 8 x {REFERENCE_GPU}, so --days "
+                     "has no reference to be measured on; give the job's size with --tokens")
+
+
+@dataclass(frozen=True)
+class WorkPlan:
+    """What the quote asks every plan to do, and why."""
+
+    tokens: float | None  # None: a fixed rental period (each plan does what its speed allows)
+    basis: str
+    rent_hours: Decimal | None = None
+    deadline_hours: Decimal | None = None
+    calibration: float = 1.0  # measured / modelled tokens per second
+    notes: tuple[str, ...] = ()
+
+
+def work_plan(req: QuoteRequest, prep: _Prepared) -> WorkPlan:
+    notes: list[str] = []
+    calibration = 1.0
+    measured_on = req.measured_on or req.reference
+    if req.measured_tokens_per_second is not None:
+        if measured_on is None and req.days is None:
+            raise InputError("--measured-tokens-per-second needs --measured-on SPEC (where it was measured) "
+                             "unless --days gives a reference layout")
+        ref, fit = (measured_on, None) if measured_on else default_reference(req.model, req.setup, req.pins)
+        if fit is None:
+            fit = find_layout(req.model, req.setup, _reference_shape(ref), pins=req.pins)
+            if isinstance(fit, NoFit):
+                raise InputError(f"--measured-on {ref.text}: the job does not fit there ({fit.reason})")
+        modelled = layout_speed(req.model, req.setup, fit.layout, get_gpu(ref.gpu)).typical
+        calibration = req.measured_tokens_per_second / modelled
+        notes.append(f"speeds calibrated to the measured {req.measured_tokens_per_second:g} tokens/s on {ref.text} "
+                     f"(the model said {modelled:,.0f}): every layout's rate x{calibration:.2f}")
+    deadline = req.deadline_days * 24 if req.deadline_days is not None else None
+    if req.tokens is not None:
+        return WorkPlan(req.tokens, req.tokens_basis, deadline_hours=deadline, calibration=calibration, notes=tuple(notes))
+    if req.rent_days is not None:
+        basis = f"a fixed rental of {req.rent_days.normalize():f} days: each plan does the work its speed allows"
+        return WorkPlan(None, basis, rent_hours=req.rent_days * 24, deadline_hours=deadline, calibration=calibration,
+                        notes=tuple(notes))
+    if req.reference is not None:
+        ref = req.reference
+        fit = find_layout(req.model, req.setup, _reference_shape(ref), pins=req.pins)
+        if isinstance(fit, NoFit):
+            raise InputError(f"--on {ref.text}: the job does not fit there ({fit.reason}); pick a layout that holds it")
+        where = ref.text
+    else:
+        ref, fit = default_reference(req.model, req.setup, req.pins)
+        where = f"{ref.text} (the fewest {REFERENCE_GPU} that hold the job)"
+    speed = layout_speed(req.model, req.setup, fit.layout, get_gpu(ref.gpu)).scaled(calibration)
+    if req.measured_tokens_per_second is not None and measured_on == ref:
+        speed = replace(speed, typical=req.measured_tokens_per_second)
+    assert req.days is not None
+    hours = req.days * 24
+    tokens = speed.typical * float(hours) * 3600
+    basis = f"{req.days.normalize():f} days on {ref.text} = {_tokens_text(tokens)} tokens"
+    notes.append(f"work: {req.days.normalize():f} days on {where} at {speed.typical:,.0f} tokens/s = "
+                 f"{_tokens_text(tokens)} tokens; every plan is priced for those tokens")
+    if deadline is None:
+        # The reference itself must be a valid plan: the deadline is its own pessimistic finish
+        # (training at the slow end of its range, validation, the gap, an hour for moving data),
+        # rounded up to whole days.
+        slow = Decimal(str(tokens / speed.low / 3600)) + (req.validate_hours or 0) + req.idle_days * 24 + 1
+        deadline = (slow / 24).to_integral_value(rounding=ROUND_CEILING) * 24
+        notes.append(f"deadline: {(deadline / 24).normalize():f} days, the reference's own finish at the slow end of "
+                     f"its speed range (set --deadline-days to change it)")
+    return WorkPlan(tokens, basis, deadline_hours=deadline, calibration=calibration, notes=tuple(notes))
+
+
+def _tokens_text(tokens: float) -> str:
+    """
+    >>> _tokens_text(1.93e9), _tokens_text(4.5e8), _tokens_text(2.0e12)
+    ('1.93 B', '450 M', '2,000 B')
+    """
+    if tokens >= 1e9:
+        return f"{tokens / 1e9:,.3g} B" if tokens < 1e12 else f"{tokens / 1e9:,.0f} B"
+    return f"{tokens / 1e6:,.3g} M"
+
+
+# --------------------------------------------------------------------------------------------
+# The plan instance
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a run executes: the thing a validation must match to validate the training job."""
+
+    precision: str
+    attention: str
+    family: str  # data parallel, zero1/2/3, fsdp, tensor parallel, pipeline
+    offload: str
+
+    @classmethod
+    def of(cls, layout: Layout) -> Signature:
+        if layout.tensor_parallel > 1 or layout.pipeline_parallel > 1:
+            family = f"tp{layout.tensor_parallel}+pp{layout.pipeline_parallel}"
+        elif layout.fsdp:
+            family = "fsdp"
+        elif layout.zero:
+            family = f"zero{layout.zero}"
+        else:
+            family = "data-parallel"
+        return cls(layout.precision, layout.attention, family, layout.offload)
+
+    def pins(self, base: Pins) -> Pins:
+        """Layout pins that make a validation run this family (the same code path, smaller)."""
+        if self.family.startswith("zero"):
+            return replace(base, zero=int(self.family[4:]), fsdp=None, offload=self.offload)
+        if self.family == "fsdp":
+            return replace(base, fsdp=True, zero=None, offload=self.offload)
+        if self.family.startswith("tp"):
+            return replace(base, offload=self.offload)
+        return replace(base, zero=0, offload=self.offload)
+
+
+@dataclass
+class Candidate:
+    """The planner's view of one solver candidate (billing Use + what plans print)."""
+
+    use: Use
+    offer: Offer
+    layout: Layout
     gpu: GpuSpec
-    fit: Fit
-    nodes: int
-    spot: bool
-    hours: float  # running hours to pay for
-    cost: float  # standalone cost: compute + running disk + ingress (+ export egress for training)
-    destroy: float = 0.0  # validate: egress of data + checkpoint when destroyed
-    stop: float = 0.0  # validate: stopped disk over the idle gap
-    ingress: float = 0.0
-    offload: bool = False
-    exact: bool = True  # False when the float cover is only a bound (prepaid blocks)
-    low_high: tuple[float, float] | None = None
-    t_notes: tuple[str, ...] = ()
-    key: tuple[str, str] = ("", "")  # (provider, offer_id)
+    speed: Speed | None  # training
+    tokens: float | None
+    hours_low: Decimal | None = None
+    hours_high: Decimal | None = None
+    notes: tuple[str, ...] = ()
+    signature: Signature | None = None
+
+
+@dataclass
+class Planned:
+    """plan_instance's result."""
+
+    instance: Any  # solver.PlanInstance
+    candidates: dict[str, Candidate]
+    rejected: list[tuple[Offer, str, str]]
+    work: WorkPlan
+    prep: _Prepared
+    closest_memory: str | None = None
+
+
+def _shape(offer: Offer, gpu: GpuSpec, nodes: int) -> NodeShape:
+    return NodeShape(gpu=gpu, gpus_per_node=offer.gpus, nodes=nodes, interconnect=offer.interconnect,
+                     fabric=offer.fabric, fabric_gbps=offer.fabric_gbps, memory_gb=offer.gpu_memory_gb,
+                     host_ram_gb=_ram_key(offer.host_ram_gb))
+
+
+def _shape_key(offer: Offer, gpu: GpuSpec) -> tuple:
+    return (offer.gpu, offer.gpus, offer.interconnect, offer.fabric, offer.fabric_gbps, _memory_key(offer, gpu),
+            _ram_key(offer.host_ram_gb))
 
 
 class _Planner:
-    """Builds the PlanInstance for one request.
-
-    Two passes keep 10,000-offer catalogs fast: a float pass prices every (offer, stage, nodes,
-    spot) roughly and drops rows that another row beats in every respect (an exact dominance
-    argument, below); only the survivors get exact Decimal candidates for the solver.
-    """
-
-    def __init__(self, req: QuoteRequest, offers: OfferSet, fx: FxTable):
-        self.req, self.offer_set, self.fx = req, offers, fx
+    def __init__(self, req: QuoteRequest, offers: Sequence[Offer], fx: FxTable):
+        self.req, self.offers, self.fx = req, offers, fx
         self.prep = _prepare(req)
+        self.work = work_plan(req, self.prep)
         self._fits: dict[tuple, Fit | NoFit] = {}
-        self._time: dict[tuple, Any] = {}
-        self._rate: dict[str, float] = {}
-        self.rejected: list[tuple[PlanRow, str, str]] = []
-        self.closest: tuple[float, str] | None = None  # the memory rejection that missed by least
-        self.row_count = 0
+        self._speeds: dict[tuple, Speed] = {}
+        self.rejected: list[tuple[Offer, str, str]] = []
+        self.closest: tuple[float, str] | None = None
 
-    def layout(self, setup: TrainingSetup, offer: PlanRow, gpu: GpuSpec, nodes: int, key: tuple) -> Fit | NoFit:
+    def layout(self, setup: TrainingSetup, offer: Offer, gpu: GpuSpec, nodes: int, pins: Pins, key: tuple) -> Fit | NoFit:
         """The layout for a node shape, memoised: a 10,000-offer catalog has a few hundred shapes."""
         found = self._fits.get(key)
         if found is None:
-            shape = _shape(offer, gpu, nodes, _ram_key(offer.host_ram_gb))
-            found = find_layout(self.req.model, setup, shape, pins=self.req.pins, memory_scale=self.prep.memory_scale)
+            found = find_layout(self.req.model, setup, _shape(offer, gpu, nodes), pins=pins,
+                                memory_scale=self.prep.memory_scale)
             self._fits[key] = found
         return found
 
-    def train_hours(self, fit: Fit, gpu: GpuSpec, key: tuple) -> tuple[float, float, float, tuple[str, ...]]:
-        req = self.req
-        if req.days is not None:
-            h = float(req.days) * 24
-            return h, h, h, ()
-        found = self._time.get(key)
+    def speed(self, fit: Fit, gpu: GpuSpec, key: tuple) -> Speed:
+        found = self._speeds.get(key)
         if found is None:
-            t = training_time(req.model, req.setup, fit.layout, gpu, req.tokens or 0)
-            found = (t.hours, t.hours_low, t.hours_high, tuple(t.assumptions))
-            self._time[key] = found
+            found = layout_speed(self.req.model, self.req.setup, fit.layout, gpu).scaled(self.work.calibration)
+            self._speeds[key] = found
         return found
 
-    def rate(self, currency: str) -> float:
-        """Float factor from `currency` into the quote currency (for the rough pass only)."""
-        found = self._rate.get(currency)
-        if found is None:
-            found = float(self.fx.convert(Decimal(1), currency, self.req.currency))
-            self._rate[currency] = found
-        return found
+    def _miss(self, offer: Offer, miss: NoFit) -> None:
+        self.rejected.append((offer, miss.constraint, miss.reason))
+        if miss.overshoot is not None and (self.closest is None or miss.overshoot < self.closest[0]):
+            self.closest = (miss.overshoot, f"{offer.provider}/{offer.offer_id} ({offer.gpus} x {offer.gpu}): {miss.reason}")
 
-    # -- pass 1: rough prices -----------------------------------------------------------------
+    def build(self) -> Planned:
+        from rentopt.optimizer.solver import Candidate as SolverCandidate
+        from rentopt.optimizer.solver import PlanInstance
 
-    def rows(self) -> list[_Row]:
-        req, prep = self.req, self.prep
-        out: list[_Row] = []
-        idle_h = float(req.idle_days) * 24
-        import_gb, export_gb, destroy_gb = float(prep.import_gb), float(prep.export_gb), float(prep.destroy_gb)
-        disk, vdisk = float(prep.disk_gb), float(prep.validate_disk_gb)
-        validate_h = float(req.validate_hours) if req.validate_hours is not None else None
-        plan_rows = self.offer_set.plan_rows()
-        self.row_count = len(plan_rows)
-        for o in plan_rows:
+        req, prep, work = self.req, self.prep, self.work
+        ccy = req.currency
+        kinds_wanted = (False, True) if req.spot else (False,)
+        train: list[Candidate] = []
+        usable: list[tuple[Offer, GpuSpec, Terms, tuple[bool, ...]]] = []
+        for o in self.offers:
             if o.gpu is None:
                 self.rejected.append((o, "gpu", f"GPU {o.gpu_raw!r} is {o.gpu_status} in the catalog: its memory "
                                                 "and speed cannot be checked (kept, not guessed)"))
                 continue
-            hourly = {False: o.hourly, True: o.hourly_spot}
-            has_blocks = {False: o.blocks, True: o.blocks_spot}
-            kinds = [k for k in ((False, True) if req.spot else (False,)) if hourly[k] is not None or has_blocks[k]]
+            if (why := req.gpu_filter.reason(o)) is not None:
+                self.rejected.append((o, "gpu", why))
+                continue
+            kinds = tuple(k for k in kinds_wanted if o.options(k))
             if not kinds:
                 self.rejected.append((o, "price", "spot-only offer: add --spot to consider interruptible prices"
                                       if o.spot else "no price option of the requested kind"))
                 continue
             gpu = get_gpu(o.gpu)
-            okey = o.key
-            f = self.rate(o.currency)
-            storage = (o.storage_gb_month or 0.0) * f / o.month_hours
-            stopped = (o.storage_stopped_gb_month or 0.0) * f / o.month_hours
-            egress, ingress = (o.egress_gb or 0.0) * f, (o.ingress_gb or 0.0) * f
-            import_h = import_gb * 8000 / (o.net_down_mbps or DEFAULT_MBPS) / 3600
-            export_h = export_gb * 8000 / (o.net_up_mbps or DEFAULT_MBPS) / 3600
-            key = (o.gpu, o.gpus, o.interconnect, o.fabric, o.fabric_gbps, _memory_key(o, gpu), _ram_key(o.host_ram_gb))
-            max_h = o.max_duration_hours or math.inf
-
-            if validate_h is not None:
-                fit = self.layout(prep.validate_setup, o, gpu, 1, ("v", *key, 1))
-                if isinstance(fit, Fit):
-                    hours = validate_h + import_h
-                    if hours <= max_h:
-                        for spot in kinds:
-                            compute, exact = _rough_compute(o, hourly[spot], has_blocks[spot], 1, hours, f)
-                            out.append(_Row("v", o, gpu, fit, 1, spot, hours,
-                                            compute + storage * vdisk * hours + ingress * import_gb,
-                                            destroy=egress * destroy_gb, stop=stopped * vdisk * idle_h,
-                                            ingress=ingress * import_gb, offload=fit.layout.offload != "none",
-                                            exact=exact, key=okey))
-            first_miss: NoFit | None = None
-            for nodes in range(1, min(o.nodes_available, MAX_NODES) + 1):
-                fit = self.layout(req.setup, o, gpu, nodes, ("t", *key, nodes))
-                if isinstance(fit, NoFit):
-                    first_miss = first_miss or fit
-                    continue
-                first_miss = None
-                mid, low, high, notes = self.train_hours(fit, gpu, (*key, nodes))
-                for spot in kinds:
-                    factor = float(_spot_factor(o, req.checkpoint_every_hours)[0]) if spot else 1.0
-                    hours = mid * factor + import_h + export_h
-                    if hours > max_h:
-                        self.rejected.append((o, "max_duration", f"needs {hours:.1f} h of rental; the host allows at "
-                                                                 f"most {o.max_duration_hours:.1f} h"))
-                        continue
-                    compute, exact = _rough_compute(o, hourly[spot], has_blocks[spot], nodes, hours, f)
-                    out.append(_Row(
-                        "t", o, gpu, fit, nodes, spot, hours,
-                        compute + storage * disk * nodes * hours + ingress * import_gb * nodes + egress * export_gb,
-                        ingress=ingress * import_gb * nodes, offload=fit.layout.offload != "none", exact=exact,
-                        low_high=(low * factor + import_h + export_h, high * factor + import_h + export_h)
-                        if req.tokens is not None else None, t_notes=notes, key=okey))
-                if req.days is not None:
-                    break  # a fixed wall-clock: more nodes only add cost
-            else:
-                if first_miss is not None:
-                    self.rejected.append((o, first_miss.constraint, first_miss.reason))
-                    if first_miss.overshoot is not None and (
-                            self.closest is None or first_miss.overshoot < self.closest[0]):
-                        self.closest = (first_miss.overshoot, f"{o.provider}/{o.offer_id} ({o.gpus} x {o.gpu}): "
-                                                              f"{first_miss.reason}")
-        return out
-
-    # -- dominance ---------------------------------------------------------------------------
-
-    def prune(self, rows: list[_Row]) -> list[_Row]:
-        """Drop rows that can never be in a best plan; exact for every plan the solver could build.
-
-        Training row B is dropped when a row A of the same (provider, GPU) group costs at least
-        B's coupling saving less and takes no longer: any plan training on B becomes one training
-        on A (destroying after validation) that is no dearer and no slower, and stays in the same
-        top-K group. B's coupling saving is what training on B's own validation instance could
-        save: its re-import plus the validation egress, minus the stopped disk.
-        Validation row B is dropped when another offer's row A, with its destroy egress, costs no
-        more than B with its destroy egress, nor than B stopped for its own training (B's stop
-        minus the largest re-import it saves), and takes no longer. Rows priced only roughly
-        (prepaid blocks) are never dropped and never drop others.
-        """
-        req = self.req
-        if req.days is not None:  # offload is the last rung across the catalog (see _offload_last)
-            rows = self._offload_last(rows)
-        train = [r for r in rows if r.stage == "t"]
-        validate = [r for r in rows if r.stage == "v"]
-        max_ingress: dict[tuple[str, str], float] = {}
-        for r in train:
-            max_ingress[r.key] = max(max_ingress.get(r.key, 0.0), r.ingress)
-        v_by_offer = {r.key: r for r in validate}
-        kept: list[_Row] = []
-        groups: dict[tuple[str, str], list[_Row]] = {}
-        for r in train:
-            groups.setdefault((r.offer.provider, r.gpu.id), []).append(r)
-        for group in groups.values():
-            def saving(b: _Row) -> float:
-                v = v_by_offer.get(b.key) if req.validate_hours is not None else None
-                return max(0.0, b.ingress + v.destroy - v.stop) if v else 0.0
-            kept += _undominated(group, saving, self._dominated)
-        kept_v = _undominated(
-            validate,
-            lambda b: 0.0,
-            self._dominated,
-            cost=lambda r: r.cost + r.destroy,
-            bound=lambda b: min(b.cost + b.destroy, b.cost + b.stop - max_ingress[b.key])
-            if b.key in max_ingress else b.cost + b.destroy,
-            same_offer_allowed=False,
-        )
-        return kept + kept_v
-
-    def _dominated(self, b: _Row, a: _Row) -> None:
-        if b.stage == "t":
-            self.rejected.append((b.offer, "dominated",
-                                  f"{a.offer.provider}/{a.offer.offer_id} ({a.nodes} x {a.offer.gpus} {a.gpu.id}) costs "
-                                  f"less for the same job and takes no longer"))
-
-    def _offload_last(self, rows: list[_Row]) -> list[_Row]:
-        """CPU offload is the ladder's last rung across the whole catalog, not per offer.
-
-        With a fixed wall-clock (--days) the quote cannot see that an offloaded run does ~35-60 %
-        of the work in the same days, so offload layouts stay only when nothing fits without one.
-        With --tokens their slowness is priced by the timing model and they compete.
-        """
-        out: list[_Row] = []
-        for stage in ("v", "t"):
-            mine = [r for r in rows if r.stage == stage]
-            plain = [r for r in mine if not r.offload]
-            if plain and len(plain) < len(mine):
-                for r in mine:
-                    if r.offload and stage == "t":
-                        self.rejected.append((r.offer, "dominated",
-                                              f"fits only with CPU offload ({r.fit.layout.strategy}); other offers fit "
-                                              "without it, and with --days an offloaded run does far less work"))
-                mine = plain
-            out += mine
-        return out
-
-    # -- pass 2: exact candidates --------------------------------------------------------------
-
-    def build(self) -> _Built:
-        req, prep, fx, ccy = self.req, self.prep, self.fx, self.req.currency
-        rows = self.prune(self.rows())
-        full = self.offer_set.offers_by_key({r.key for r in rows})
+            terms = offer_terms(o, self.fx, ccy)
+            usable.append((o, gpu, terms, kinds))
+            train += self._train_candidates(o, gpu, terms, kinds)
         validate: list[Candidate] = []
-        train: list[Candidate] = []
-        offers: dict[str, Offer] = {}
-        ranges: dict[str, tuple[Decimal, Decimal]] = {}
-        idle_hours = req.idle_days * 24
-        rates_cache: dict[tuple[str, str], Any] = {}
-        for r in rows:
-            o = full[r.key]
-            rates = rates_cache.get(o.key)
-            if rates is None:
-                rates = rates_cache[o.key] = offer_rates(o, fx, ccy)
-            c_notes: list[str] = []
-            if not o.net_down_mbps or not o.net_up_mbps:
-                c_notes.append(f"transfer speed not stated: assumed {DEFAULT_MBPS:g} Mbit/s")
-            hours = _hours(r.hours)
-            pricing = rental_pricing(o, r.nodes, fx, ccy, r.spot)
-            if r.stage == "v":
-                run = storage_cost(rates.storage_gb_month, prep.validate_disk_gb, hours, o.month_hours)
-                stop = storage_cost(rates.storage_stopped_gb_month, prep.validate_disk_gb, idle_hours,
-                                    o.month_hours, "stopped storage")
-                ing = transfer_cost(rates.ingress_gb, prep.import_gb, "ingress")
-                out = transfer_cost(rates.egress_gb, prep.destroy_gb, "egress")
-                c_notes += [c.note for c in (run, stop, ing, out) if c.note]
-                cid = f"v:{o.provider}:{o.offer_id}:{int(r.spot)}"
-                validate.append(Candidate(
-                    id=cid, stage="validate", provider=o.provider, offer_id=o.offer_id, gpu=r.gpu.id, gpus=o.gpus,
-                    nodes=1, layout=r.fit.layout.strategy, hours=hours, pricing=pricing, storage_running=run.cost,
-                    ingress=ing.cost, destroy_egress=out.cost, stop_storage=stop.cost, notes=tuple(c_notes)))
-            else:
-                n = Decimal(r.nodes)
-                run = storage_cost(rates.storage_gb_month, prep.disk_gb * n, hours, o.month_hours)
-                ing = transfer_cost(rates.ingress_gb, prep.import_gb * n, "ingress")
-                out = transfer_cost(rates.egress_gb, prep.export_gb, "egress")
-                c_notes += [c.note for c in (run, ing, out) if c.note]
-                if r.spot:
-                    c_notes.append(_spot_factor(o, req.checkpoint_every_hours)[1])
-                c_notes += list(r.t_notes)
-                if r.fit.layout.penalty:
-                    c_notes.append(r.fit.layout.penalty)
-                cid = f"t:{o.provider}:{o.offer_id}:{r.nodes}:{int(r.spot)}"
-                train.append(Candidate(
-                    id=cid, stage="train", provider=o.provider, offer_id=o.offer_id, gpu=r.gpu.id,
-                    gpus=o.gpus * r.nodes, nodes=r.nodes, layout=r.fit.layout.strategy, hours=hours,
-                    pricing=pricing, storage_running=run.cost, ingress=ing.cost, egress=out.cost,
-                    notes=tuple(c_notes)))
-                if r.low_high:
-                    ranges[cid] = (_hours(r.low_high[0]), _hours(r.low_high[1]))
-            offers[cid] = o
-        rejected = self.rejected
+        if req.validate_hours is not None and train:
+            validate = self._validate_candidates(usable, {c.signature for c in train})  # type: ignore[misc]
+        train_sc = self._solver_train(train, validate)
         instance = PlanInstance(
-            validate=validate if req.validate_hours is not None else [],
-            train=train, idle_hours=idle_hours,
-            deadline_hours=req.deadline_days * 24 if req.deadline_days is not None else None,
-            budget=req.budget, currency=ccy,
+            validate=tuple(SolverCandidate(c.use, wall_hours=c.use.hours, signature=_v_keys(c)) for c in validate),
+            train=tuple(train_sc), idle_hours=req.idle_days * 24, deadline_hours=work.deadline_hours,
+            budget=req.budget, currency=ccy, rank_by="per_token" if work.tokens is None else "total",
         )
-        return _Built(instance, rejected, offers, ranges, self.closest[1] if self.closest else None)
+        candidates = {c.use.id: c for c in (*train, *validate)}
+        return Planned(instance, candidates, self.rejected, work, prep, self.closest[1] if self.closest else None)
+
+    # -- training ------------------------------------------------------------------------------
+
+    def _train_candidates(self, o: Offer, gpu: GpuSpec, terms: Terms, kinds: tuple[bool, ...]) -> list[Candidate]:
+        req, prep, work = self.req, self.prep, self.work
+        out: list[Candidate] = []
+        import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
+        export_h = transfer_hours(prep.export_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+        shape = _shape_key(o, gpu)
+        first_miss: NoFit | None = None
+        any_fit = False
+        for nodes in range(1, min(o.nodes_available, req.gpu_filter.max_nodes, MAX_NODES) + 1):
+            fit = self.layout(req.setup, o, gpu, nodes, req.pins, ("t", *shape, nodes))
+            if isinstance(fit, NoFit):
+                first_miss = first_miss or fit
+                continue
+            any_fit = True
+            speed = self.speed(fit, gpu, (*shape, nodes))
+            for spot in kinds:
+                factor = _spot_factor(o.provider, req.checkpoint_every_hours)[0] if spot else Decimal(1)
+                if work.tokens is not None:
+                    run, low, high = (Decimal(str(work.tokens / rate / 3600)) * factor
+                                      for rate in (speed.typical, speed.high, speed.low))
+                    tokens = work.tokens
+                else:
+                    run = low = high = work.rent_hours  # type: ignore[assignment]
+                    tokens = speed.typical * float(run) * 3600 / float(factor)
+                hours = _hours(import_h + run + export_h)
+                if o.max_duration_hours is not None and hours > Decimal(str(o.max_duration_hours)):
+                    self.rejected.append((o, "max_duration", f"needs {hours:.1f} h of rental on {nodes} node(s); the "
+                                                             f"host allows at most {o.max_duration_hours:.1f} h"))
+                    continue
+                notes = list(speed.notes)
+                if spot:
+                    notes.append(_spot_factor(o.provider, req.checkpoint_every_hours)[1])
+                if fit.layout.penalty:
+                    notes.append(fit.layout.penalty)
+                if nodes > 1 or o.gpus > 1:
+                    if speed.scaling < LOW_SCALING:
+                        notes.append(f"scaling efficiency {speed.scaling:.0%} over {nodes * o.gpus} GPUs is under 70 %: "
+                                     "the interconnect is the bottleneck (a cheaper layout may do the same work)")
+                use = Use(id=f"t:{o.provider}:{o.offer_id}:{nodes}:{int(spot)}", kind="train", terms=terms, spot=spot,
+                          nodes=nodes, hours=hours, disk_gb=prep.disk_gb, import_gb=prep.import_gb,
+                          out_gb=prep.export_gb)
+                out.append(Candidate(use, o, fit.layout, gpu, speed, tokens, _hours(import_h + low + export_h),
+                                     _hours(import_h + high + export_h), tuple(notes), Signature.of(fit.layout)))
+        if not any_fit and first_miss is not None:
+            self._miss(o, first_miss)
+        return out
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def _validate_candidates(self, usable, signatures: set[Signature]) -> list[Candidate]:  # type: ignore[no-untyped-def]
+        """For each offer and each training signature: the same job at micro-batch 1 on one node."""
+        req, prep = self.req, self.prep
+        out: list[Candidate] = []
+        for o, gpu, terms, kinds in usable:
+            import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
+            out_h = transfer_hours(prep.destroy_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+            hours = _hours(req.validate_hours + import_h)  # type: ignore[operator]
+            if o.max_duration_hours is not None and hours + out_h > Decimal(str(o.max_duration_hours)):
+                continue
+            for n, sig in enumerate(sorted(signatures, key=repr)):
+                setup = prep.validate_setup.model_copy(update={
+                    "precision": sig.precision, "flash_attention": sig.attention.startswith("flash")})
+                key = ("v", *_shape_key(o, gpu), sig)
+                fit = self.layout(setup, o, gpu, 1, sig.pins(req.pins), key)
+                if isinstance(fit, NoFit) or Signature.of(fit.layout) != sig:
+                    continue
+                for spot in kinds:
+                    use = Use(id=f"v:{o.provider}:{o.offer_id}:{int(spot)}:{n}", kind="validate", terms=terms,
+                              spot=spot, nodes=1, hours=hours, disk_gb=prep.validate_disk_gb,
+                              import_gb=prep.import_gb, out_gb=prep.destroy_gb, out_hours=out_h)
+                    out.append(Candidate(use, o, fit.layout, gpu, None, None, signature=sig))
+        return out
+
+    def _solver_train(self, train: list[Candidate], validate: list[Candidate]):  # type: ignore[no-untyped-def]
+        """Training candidates for the solver, each requiring the validation that fits it best:
+        the same GPU model when some offer validates it, else the same architecture."""
+        from rentopt.optimizer.solver import Candidate as SolverCandidate
+
+        models = {(c.gpu.id, c.signature) for c in validate}
+        out = []
+        for c in train:
+            sig = (c.gpu.id, c.signature) if (c.gpu.id, c.signature) in models or not validate else \
+                ("arch:" + c.gpu.architecture, c.signature)
+            out.append(SolverCandidate(c.use, group=(c.offer.provider, c.gpu.id), wall_hours=c.hours_high,
+                                       signature=sig, tokens=Decimal(str(c.tokens)) if c.tokens else None))
+        return out
 
 
-def _undominated(rows: list[_Row], saving, on_drop, *, cost=lambda r: r.cost, bound=None,
-                 same_offer_allowed: bool = True) -> list[_Row]:
-    """Rows not dominated within `rows`: B goes when some exact row A has cost(A) <= bound(B)
-    (default cost(B) - saving(B)), by a clear float margin, and hours(A) <= hours(B)."""
-    bound = bound or (lambda b: cost(b) - saving(b))
-    ranked = sorted(rows, key=cost)
-    costs: list[float] = []
-    best_hours: list[tuple[float, _Row | None]] = []  # prefix minimum of hours among exact rows
-    low: tuple[float, _Row | None] = (math.inf, None)
-    for r in ranked:
-        costs.append(cost(r))
-        if r.exact and r.hours < low[0]:
-            low = (r.hours, r)
-        best_hours.append(low)
-    import bisect
-
-    kept = []
-    for b in rows:
-        if not b.exact:
-            kept.append(b)
-            continue
-        limit = bound(b)
-        limit -= 1e-9 * max(1.0, abs(limit))  # only clear wins: float noise never drops a row
-        i = bisect.bisect_right(costs, limit) - 1
-        a = best_hours[i][1] if i >= 0 else None
-        if a is not None and a is not b and best_hours[i][0] <= b.hours and (
-                same_offer_allowed or a.key != b.key):
-            on_drop(b, a)
-            continue
-        kept.append(b)
-    return kept
+def _v_keys(c: Candidate) -> frozenset:
+    return frozenset({(c.gpu.id, c.signature), ("arch:" + c.gpu.architecture, c.signature)})
 
 
-def _rough_compute(o: PlanRow, hourly: float | None, blocks: bool, nodes: int, hours: float,
-                   f: float) -> tuple[float, bool]:
-    """Metered cost of `hours` at the hourly price, in floats. Exact (up to float error) when the
-    offer sells only hourly time; with prepaid blocks the row is flagged inexact (never pruned)."""
-    if hourly is None:
-        return 0.0, False
-    billed = billed_metered_seconds(o.billing_granularity_s, o.billing_minimum_s, math.ceil(hours * 3600))
-    return hourly * f * nodes * billed / 3600, not blocks
+def plan_instance(req: QuoteRequest, offers: Sequence[Offer], fx: FxTable) -> Planned:
+    """The solver's instance for `req` over `offers` (full offers: no I/O happens here)."""
+    fx.rate(req.currency)  # an unknown quote currency is an input error before any work
+    return _Planner(req, offers, fx).build()
 
 
-def _memory_key(o: PlanRow, gpu: GpuSpec) -> float | None:
+def _memory_key(o: Offer, gpu: GpuSpec) -> float | None:
     """The offer's memory only matters when it exceeds the catalog's (a modded card)."""
     return round(o.gpu_memory_gb, 1) if o.gpu_memory_gb > gpu.memory_gb * 1.1 else None
 
@@ -530,19 +667,23 @@ def _ram_key(gb: float | None) -> float | None:
     return steps[-1] if steps else gb
 
 
-def rejections(built: _Built) -> list[Rejection]:
+# --------------------------------------------------------------------------------------------
+# The quote
+
+
+def rejections(planned: Planned) -> list[Rejection]:
     return [Rejection(provider=o.provider, offer_id=o.offer_id, gpu=o.gpu or o.gpu_raw, constraint=c,  # type: ignore[arg-type]
-                      reason=why) for o, c, why in built.rejected]
+                      reason=why) for o, c, why in planned.rejected]
 
 
-def _no_candidates(built: _Built, req: QuoteRequest, offer_count: int) -> NoFeasiblePlan:
+def _no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoFeasiblePlan:
     counts: dict[str, int] = {}
-    for _, constraint, _ in built.rejected:
+    for _, constraint, _ in planned.rejected:
         counts[constraint] = counts.get(constraint, 0) + 1
     parts = [f"{n} offer{'s' if n > 1 else ''} by {c}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])]
     reasons = [f"all {offer_count} offers were rejected: " + ", ".join(parts)] if parts else ["no offers to plan with"]
-    if built.closest_memory:
-        reasons.append(f"closest miss: {built.closest_memory}")
+    if planned.closest_memory:
+        reasons.append(f"closest miss: {planned.closest_memory}")
     if req.setup.mode == "full":
         reasons.append("try --mode lora/qlora, gradient checkpointing, a shorter --seq-len, or more GPUs")
     message = "No feasible plan: " + "; ".join(reasons) + ". Run with --explain to see every rejection."
@@ -555,101 +696,166 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     `list_rejected=False` leaves `Quote.rejected` empty and only counts them in
     `rejected_count` (a table without --explain does not need 10,000 rejection records).
     """
-    from rentopt.optimizer.solver import solve  # the only ortools user, imported when needed
+    from rentopt.optimizer.solver import solve
 
-    fx.rate(req.currency)  # an unknown quote currency is an input error before any work
-    planner = _Planner(req, offers, fx)
-    with gc_paused():
-        built = planner.build()
-    if not built.instance.train:
-        raise _no_candidates(built, req, planner.row_count)
+    all_offers = offers.all_offers()
+    planned = plan_instance(req, all_offers, fx)
+    inst = planned.instance
+    if not inst.train:
+        raise _no_candidates(planned, req, len(all_offers))
     try:
-        decisions = solve(built.instance, top_k=req.top)
+        solution = solve(inst, top_k=req.top)
     except NoFeasiblePlan as exc:
         raise NoFeasiblePlan(str(exc) + " Run with --explain to see rejected offers.", exc.reasons) from None
-    decisions = [_prefer_stop(d, built.instance) for d in decisions]
-    plans = [_plan(rank, d, built, planner, offers, fx) for rank, d in enumerate(decisions, start=1)]
-    used = [built.offers[d.train_id] for d in decisions] + [built.offers[d.validate_id] for d in decisions if d.validate_id]
-    currencies = {built.offers[d.train_id].currency for d in decisions} | {
-        built.offers[d.validate_id].currency for d in decisions if d.validate_id}
-    assumptions = [a for a in planner.prep.train_memory.assumptions[:1]]
-    assumptions += planner.prep.notes
-    assumptions.append(f"disk {planner.prep.disk_gb} GB = base weights + {req.data_gb} GB data + "
-                       f"{req.keep_checkpoints} checkpoints of {_gb(planner.prep.train_memory.checkpoint_gb)} GB")
-    if req.days is not None:
-        assumptions.append(f"training runs {req.days} days of wall-clock on the chosen layout")
+    plans = [_plan(rank, bill, planned, offers) for rank, bill in enumerate(solution.plans, start=1)]
+    used = [planned.candidates[uid].offer for b in solution.plans for uid in (b.choice.train, b.choice.validate) if uid]
+    prep = planned.prep
+    assumptions = list(prep.train_memory.assumptions[:1]) + prep.notes + list(planned.work.notes)
+    assumptions.append(f"disk {prep.disk_gb} GB = base weights + {req.data_gb} GB data + "
+                       f"{req.keep_checkpoints} checkpoints of {_gb(prep.train_memory.checkpoint_gb)} GB")
+    currencies = {o.currency for o in used} | {req.currency}
     return Quote(
         currency=req.currency, prices_as_of=min(o.fetched_at for o in used), price_origin=offers.origin,
-        fx=fx.rates_used(currencies | {req.currency}), plans=plans,
-        rejected=rejections(built) if list_rejected else [], rejected_count=len(built.rejected),
-        memory=planner.prep.train_memory, assumptions=assumptions,
+        work=Work(tokens=planned.work.tokens, basis=planned.work.basis,
+                  deadline_hours=planned.work.deadline_hours),
+        fx=fx.rates_used(currencies), plans=plans,
+        rejected=rejections(planned) if list_rejected else [], rejected_count=len(planned.rejected),
+        memory=prep.train_memory, assumptions=assumptions,
     )
 
 
-def _prefer_stop(d: Decision, inst: PlanInstance) -> Decision:
-    """Between equal-cost idle choices on the same offer, keep the instance (no re-import wait)."""
-    if d.idle != "destroy" or d.validate_id is None:
-        return d
-    v, t = inst.by_id[d.validate_id], inst.by_id[d.train_id]
-    if v.offer_key == t.offer_key and v.stop_storage <= v.destroy_egress + t.ingress:
-        return replace(d, idle="stop")
-    return d
+def _money_lines(stage_bill) -> list[BillingLine]:  # type: ignore[no-untyped-def]
+    return [BillingLine(unit=ln.unit, count=ln.count, unit_price=ln.unit_price, cost=ln.cost, what=ln.what,
+                        note=ln.note) for ln in stage_bill.lines]
 
 
-def _stage(kind: str, c: Candidate, cost_stage, hours: Decimal, layout: str, gpus: int | None = None) -> PlanStage:
-    return PlanStage(kind=kind, provider=c.provider, offer_id=c.offer_id, gpu=c.gpu,  # type: ignore[arg-type]
-                     gpus=c.gpus if gpus is None else gpus, nodes=c.nodes, layout=layout, hours=hours,
-                     billing=list(cost_stage.lines), cost=cost_stage.cost)
+def _stage(kind: str, c: Candidate, bill, hours: Decimal, layout: str, gpus: int | None = None,  # type: ignore[no-untyped-def]
+           notes: Sequence[str] = ()) -> PlanStage:
+    return PlanStage(kind=kind, provider=c.offer.provider, offer_id=c.offer.offer_id, gpu=c.gpu.id,  # type: ignore[arg-type]
+                     gpus=c.use.nodes * c.offer.gpus if gpus is None else gpus, nodes=c.use.nodes, layout=layout,
+                     hours=hours, billing=_money_lines(bill), cost=bill.cost, unknown_charges=list(bill.unknown),
+                     precision=c.layout.precision if gpus is None else None,
+                     attention=c.layout.attention if gpus is None else None, notes=list(notes))
 
 
-def _plan(rank: int, d: Decision, built: _Built, planner: _Planner, offers: OfferSet, fx: FxTable) -> Plan:
-    inst, prep = built.instance, planner.prep
-    cost: PlanCost = plan_cost(inst, d)
-    t = inst.by_id[d.train_id]
-    v = inst.by_id[d.validate_id] if d.validate_id else None
+def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan:
+    ccy = planned.instance.currency
+    inst = planned.instance
+    cands = planned.candidates
+    t = cands[bill.choice.train]
+    v = cands[bill.choice.validate] if bill.choice.validate else None
     stages: list[PlanStage] = []
     notes: list[str] = []
+    idle_h = inst.idle_hours
     if v is not None:
-        stages.append(_stage("validate", v, cost.stage("validate"), v.hours, v.layout))
-        stages.append(_stage("idle", v, cost.stage("idle"), inst.idle_hours,
-                             "stopped (disk kept)" if d.idle == "stop" else "destroyed", gpus=0))
-        notes.append(_idle_reason(d, v, t, inst.currency, inst.idle_hours))
-        notes += [f"{v.provider}/{v.offer_id}: {n}" for n in v.notes]
-    export_h = transfer_hours(prep.export_gb, built.offers[t.id].net_up_mbps or DEFAULT_MBPS) or Decimal(0)
-    stages.append(_stage("train", t, cost.stage("train"), t.hours, t.layout))
-    stages.append(_stage("export", t, cost.stage("export"), export_h, "copy out, verify, destroy", gpus=0))
-    notes.append(f"train compute: {explain_cover(t.pricing, t.hours, inst.currency)}")
-    notes += [f"{t.provider}/{t.offer_id}: {n}" for n in t.notes]
-    offer = built.offers[t.id]
-    if offer.price_locked:
-        notes.append(f"{offer.provider}: the hourly price is locked at order time until destroy")
-    if offer.max_duration_hours:
-        notes.append(f"host maximum rental: {offer.max_duration_hours:.0f} h")
-    if d.status != "OPTIMAL":
-        notes.append("the solver hit its time limit: this plan is feasible but not proven cheapest")
-    chosen = [built.offers[t.id]] + ([built.offers[v.id]] if v else [])
+        vb = bill.stage("validate")
+        ib = bill.stage("idle")
+        v_hours = v.use.hours + (v.use.out_hours if bill.choice.idle == "destroy" else 0)
+        stages.append(_stage("validate", v, vb, v_hours, v.layout.strategy))
+        idle_label = {"continue": "training continues on this instance", "stop": "stopped (instance kept)",
+                      "destroy": "copied out and destroyed"}[bill.choice.idle]  # type: ignore[index]
+        stages.append(_stage("idle", v, ib, idle_h, idle_label, gpus=0, notes=ib.notes))
+        notes.append(_validation_reason(v, t))
+        notes.append(_idle_reason(bill, v, t, ccy, idle_h))
+        notes += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.notes]
+    tb, eb = bill.stage("train"), bill.stage("export")
+    export_h = transfer_hours(planned.prep.export_gb, t.offer.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+    stages.append(_stage("train", t, tb, t.use.hours, t.layout.strategy))
+    stages.append(_stage("export", t, eb, export_h, "copy out, verify, destroy", gpus=0))
+    if bill.choice.idle not in ("stop", "continue"):
+        notes.append(f"train compute: {explain_cover(t.use.pricing, t.use.hours, ccy)}"
+                     + (f" per node, {t.use.nodes} nodes" if t.use.nodes > 1 else ""))
+        notes += cover_notes(t.use.pricing, t.use.hours, ccy, t.use.nodes)
+    elif v is not None:
+        billed_gap = idle_h if t.use.terms.stopped_bills == "everything" else Decimal(0)
+        notes += cover_notes(t.use.pricing, v.use.hours + billed_gap + t.use.hours, ccy)
+    if not t.offer.net_down_mbps or not t.offer.net_up_mbps:
+        notes.append(f"transfer speed not stated: assumed {DEFAULT_MBPS:g} Mbit/s")
+    notes += [f"{t.offer.provider}/{t.offer.offer_id}: {n}" for n in t.notes]
+    if t.offer.price_locked:
+        notes.append(f"{t.offer.provider}: the hourly price is locked at order time until destroy")
+    if t.offer.max_duration_hours:
+        notes.append(f"host maximum rental: {t.offer.max_duration_hours:.0f} h")
+    chosen = [t.offer] + ([v.offer] if v else [])
     prices = []
     for o in {o.key: o for o in chosen}.values():
         prov = offers.provenance.get(o.provider)
         prices.append(PriceSource(provider=o.provider, source=o.source, fetched_at=o.fetched_at,
                                   origin=offers.origin, stale=bool(prov and prov.stale)))
-    low_high = built.time_ranges.get(t.id)
+    total_low, total_high = _range_totals(bill, planned, t)
+    tokens = Decimal(str(t.tokens)) if t.tokens is not None else None
+    speed = t.speed
+    li = bill.line_items()
     return Plan(
-        rank=rank, total=cost.total, currency=inst.currency, stages=stages, line_items=cost.line_items,
-        idle=d.idle, hours_low=low_high[0] if low_high else None, hours_high=low_high[1] if low_high else None,
-        prices=prices, notes=list(dict.fromkeys(notes)),
+        rank=rank, total=bill.total, currency=ccy, stages=stages, line_items=LineItems(**li),
+        unknown_charges=list(bill.unknown), idle=bill.choice.idle,
+        hours=bill.wall_hours, hours_low=_wall(bill, v, t.hours_low, idle_h), hours_high=_wall(bill, v, t.hours_high, idle_h),
+        total_low=total_low, total_high=total_high, tokens=tokens,
+        tokens_per_second=TokenRate(low=speed.low, typical=speed.typical, high=speed.high) if speed else None,
+        cost_per_billion_tokens=round_money(bill.total / tokens * Decimal(10**9), ccy) if tokens else None,
+        scaling_efficiency=speed.scaling if speed else None,
+        prices=prices, notes=list(dict.fromkeys(n for n in notes if n)),
+        idle_alternative=_alternative(bill, ccy),
     )
 
 
-def _idle_reason(d: Decision, v: Candidate, t: Candidate, ccy: str, idle_hours: Decimal) -> str:
-    same = v.offer_key == t.offer_key
-    stop = v.stop_storage
-    destroy = v.destroy_egress + t.ingress
-    if same and not idle_hours and d.idle == "stop":
-        return "no idle gap: training continues on the validation instance (no re-import)"
+def _wall(bill: PlanBill, v: Candidate | None, train_hours: Decimal | None, idle_h: Decimal) -> Decimal | None:
+    if train_hours is None:
+        return None
+    if v is None:
+        return train_hours
+    return v.use.hours + (v.use.out_hours if bill.choice.idle == "destroy" else 0) + idle_h + train_hours
+
+
+def _range_totals(bill: PlanBill, planned: Planned, t: Candidate) -> tuple[Decimal | None, Decimal | None]:
+    """The same plan priced at the fast and the slow end of the training time's range."""
+    if t.hours_low is None or t.hours_high is None or t.hours_low == t.hours_high:
+        return None, None
+    uses = planned.instance.uses
+    out = []
+    for hours in (t.hours_low, t.hours_high):
+        changed = dict(uses)
+        changed[t.use.id] = replace(t.use, hours=hours)
+        try:
+            out.append(price_plan(bill.choice, changed, planned.instance.idle_hours).total)
+        except ValueError:  # the slow end no longer fits the host's maximum rental: no figure
+            out.append(None)
+    return out[0], out[1]
+
+
+def _alternative(bill: PlanBill, ccy: str) -> str | None:
+    alt = bill.alternative
+    if alt is None:
+        return None
+    unknown = f" + unknown {', '.join(alt.unknown)}" if alt.unknown else ""
+    tail = f"; {alt.break_even}" if alt.break_even else ""
+    return f"{alt.idle}: {round_money(alt.total, ccy)} {ccy}{unknown}{tail}"
+
+
+def _validation_reason(v: Candidate, t: Candidate) -> str:
+    if v.offer.key == t.offer.key:
+        where = "on the training instance itself"
+    elif v.gpu.id == t.gpu.id:
+        where = f"on {v.offer.gpus} x {v.gpu.id}: the training GPU model, the cheapest instance that holds the job"
+    else:
+        where = (f"on {v.offer.gpus} x {v.gpu.id}: no offer of {t.gpu.id} holds the validation run, so a GPU of the "
+                 f"same architecture ({t.gpu.architecture})")
+    return (f"validation runs the training job ({t.layout.precision}, {t.layout.attention}, {v.layout.strategy}) at "
+            f"micro-batch 1 {where}")
+
+
+def _idle_reason(bill: PlanBill, v: Candidate, t: Candidate, ccy: str, idle_hours: Decimal) -> str:
+    same = v.offer.key == t.offer.key and v.use.spot == t.use.spot
+    if bill.choice.idle == "continue":
+        return "no idle gap: training continues on the validation instance (one rental, no re-import)"
+    if bill.choice.idle == "stop":
+        gap = bill.stage("idle")
+        cost = f"{round_money(gap.cost, ccy)} {ccy}" if gap else "nothing"
+        unknown = " + unknown charges" if gap and gap.unknown else ""
+        return f"idle: stop the instance for the gap ({cost}{unknown}), then train on it (one rental, no re-import)"
     if not same:
-        return (f"idle: destroy the validation instance (training uses another offer): copy data and checkpoints "
-                f"out ({round_money(v.destroy_egress, ccy)} {ccy} egress), re-import on the training instance")
-    choice = "stop" if d.idle == "stop" else "destroy"
-    return (f"idle: {choice} - stop keeps the disk for {round_money(stop, ccy)} {ccy}; destroy costs "
-            f"{round_money(destroy, ccy)} {ccy} (egress + re-import)")
+        return "idle: destroy the validation instance (training uses another offer) after copying data and checkpoints out"
+    from rentopt.optimizer.billing import lease_refusal
+
+    why = lease_refusal(v.use, t.use, idle_hours)
+    return "idle: destroy after copying out" + (f" ({why})" if why else ": cheaper than keeping the instance stopped")

@@ -6,12 +6,13 @@ The JSON shapes are the public contracts in design.md; these functions only form
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
 from rentopt.optimizer.feasibility import Fit
-from rentopt.optimizer.models import MemoryEstimate, ModelSpec, Plan, Quote, TrainingSetup
+from rentopt.optimizer.models import MemoryEstimate, ModelSpec, Plan, PlanStage, Quote, TrainingSetup
 from rentopt.optimizer.offers_io import age_words
 
 CLASS_ORDER = ("datacenter", "workstation", "consumer")
@@ -145,15 +146,70 @@ def number(d: Decimal, places: int = 2) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def _cost(amount: Decimal, unknown: Sequence[str], currency: str) -> str:
+    """A stage or plan amount: the known part, and 'unknown' for what has no published price."""
+    if not unknown:
+        return money(amount, currency)
+    return f"{money(amount, currency)} + unknown" if amount else "unknown"
+
+
+def _bill_text(st: PlanStage) -> str:
+    parts = []
+    for line in st.billing:
+        if line.what != "compute":
+            continue
+        price = "?" if line.unit_price is None else number(line.unit_price, 4)
+        parts.append(f"{number(line.count)} {line.unit} @ {price}")
+    return "; ".join(parts) or "-"
+
+
 def _plan_rows(plan: Plan) -> list[list[str]]:
     rows = []
     for st in plan.stages:
-        bill = "; ".join(f"{number(line.count)} {line.unit} @ {number(line.unit_price, 4)}"
-                         for line in st.billing if line.what == "compute") or "-"
         where = f"{st.provider}/{st.offer_id}" if st.offer_id else st.provider
-        rows.append([st.kind, where, f"{st.gpus} x {st.gpu}" if st.gpus else st.gpu, st.layout,
-                     number(st.hours), bill, money(st.cost, plan.currency)])
+        gpus = f"{st.gpus} x {st.gpu}" if st.gpus else st.gpu
+        run = " ".join(x for x in (st.precision, st.attention) if x) or "-"
+        rows.append([st.kind, where, gpus, st.layout, run, number(st.hours), _bill_text(st),
+                     _cost(st.cost, st.unknown_charges, plan.currency)])
     return rows
+
+
+PLAN_HEADERS = ["stage", "offer", "GPUs", "layout", "runs", "hours", "billed as", "cost"]
+
+
+def _days(hours: Decimal | None) -> str:
+    return "?" if hours is None else number(hours / 24, 1)
+
+
+def _tokens(value: float | Decimal) -> str:
+    v = float(value)
+    return f"{v / 1e9:,.3g} B" if v >= 1e9 else f"{v / 1e6:,.3g} M"
+
+
+def plan_headline(plan: Plan) -> str:
+    """What a plan costs and does, on one line: total, finish time, tokens/s, cost per B tokens."""
+    parts = [f"#{plan.rank}  total {_cost(plan.total, plan.unknown_charges, plan.currency)}"]
+    if plan.total_low is not None and plan.total_high is not None:
+        parts[0] += f" ({money(plan.total_low, plan.currency)}-{money(plan.total_high, plan.currency)})"
+    if plan.hours is not None:
+        span = (f" ({_days(plan.hours_low)}-{_days(plan.hours_high)})"
+                if plan.hours_high is not None and plan.hours_high != plan.hours_low else "")
+        parts.append(f"finish {_days(plan.hours)} days{span}")
+    if plan.tokens is not None and plan.tokens_per_second is not None:
+        r = plan.tokens_per_second
+        parts.append(f"{_tokens(plan.tokens)} tokens at {r.typical:,.0f} tokens/s ({r.low:,.0f}-{r.high:,.0f})")
+    if plan.cost_per_billion_tokens is not None:
+        parts.append(f"{money(plan.cost_per_billion_tokens, plan.currency)} per B tokens")
+    return "   ".join(parts)
+
+
+def _line_items(plan: Plan) -> str:
+    unknown_kinds = {u.split(" ")[0] for u in plan.unknown_charges}
+    out = []
+    for k in ("compute", "storage_running", "storage_stopped", "egress", "ingress"):
+        amount = getattr(plan.line_items, k)
+        out.append(f"{k.replace('_', ' ')} {_cost(amount, [k] if k in unknown_kinds else [], plan.currency)}")
+    return ", ".join(out)
 
 
 def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = None) -> str:
@@ -163,21 +219,19 @@ def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = N
     out.append(_prices_line(quote, now))
     for fx in quote.fx:
         out.append(f"exchange rate: 1 USD = {fx.per_usd} {fx.currency} (as of {fx.as_of}; {fx.source})")
+    if quote.work is not None:
+        out.append(f"work: {quote.work.basis}")
     for a in quote.assumptions:
         out.append(f"assumption: {a}")
     for plan in quote.plans:
         out.append("")
-        li = plan.line_items
-        idle = next((st for st in plan.stages if st.kind == "idle"), None)
-        out.append(f"#{plan.rank}  total {money(plan.total, plan.currency)}"
-                   + (f"   (idle gap of {number(idle.hours)} h: {plan.idle})" if idle and idle.hours else ""))
-        out.append(tabulate(_plan_rows(plan), headers=["stage", "offer", "GPUs", "layout", "hours", "billed as", "cost"],
-                            disable_numparse=True))
-        out.append("line items: " + ", ".join(
-            f"{k.replace('_', ' ')} {money(getattr(li, k), plan.currency)}"
-            for k in ("compute", "storage_running", "storage_stopped", "egress", "ingress")))
-        if plan.hours_low is not None and plan.hours_high is not None:
-            out.append(f"training time range: {number(plan.hours_low)}-{number(plan.hours_high)} h")
+        out.append(plan_headline(plan))
+        out.append(tabulate(_plan_rows(plan), headers=PLAN_HEADERS, disable_numparse=True))
+        out.append("line items: " + _line_items(plan))
+        if plan.unknown_charges:
+            out.append("unknown (not in the total): " + "; ".join(plan.unknown_charges))
+        if plan.idle_alternative:
+            out.append(f"alternative for the gap: {plan.idle_alternative}")
         for p in plan.prices:
             out.append(f"prices: {p.provider} via {p.origin} ({p.source}), {age(p.fetched_at, now)}"
                        + (" - STALE" if p.stale else ""))
@@ -202,24 +256,36 @@ def _prices_line(quote: Quote, now: datetime | None) -> str:
     return f"Prices from {origin}{when}{hint}. Amounts in {quote.currency}."
 
 
-def quote_markdown(quote: Quote, now: datetime | None = None) -> str:
-    out = ["# rentopt quote", "", _prices_line(quote, now), ""]
+def quote_markdown(quote: Quote, now: datetime | None = None, job: str = "") -> str:
+    out = ["# rentopt quote", ""]
+    if job:
+        out += [_md(job), ""]
+    out += [_md(_prices_line(quote, now)), ""]
+    if quote.work is not None:
+        out.append(f"- work: {_md(quote.work.basis)}")
     for fx in quote.fx:
-        out.append(f"- exchange rate: 1 USD = {fx.per_usd} {fx.currency} (as of {fx.as_of}; {fx.source})")
+        out.append(f"- exchange rate: 1 USD = {fx.per_usd} {fx.currency} (as of {_md(fx.as_of)}; {_md(fx.source)})")
+    for a in quote.assumptions:
+        out.append(f"- assumption: {_md(a)}")
     for plan in quote.plans:
-        out += ["", f"## Plan {plan.rank}: {money(plan.total, plan.currency)}", ""]
-        out.append("| stage | offer | GPUs | layout | hours | billed as | cost |")
-        out.append("|---|---|---|---|---:|---|---:|")
+        out += ["", f"## Plan {plan.rank}: {_md(plan_headline(plan).split('  ', 1)[1])}", ""]
+        out.append("| " + " | ".join(PLAN_HEADERS) + " |")
+        out.append("|---|---|---|---|---|---:|---|---:|")
         for row in _plan_rows(plan):
             out.append("| " + " | ".join(_md(c) for c in row) + " |")
         li = plan.line_items
+        unknown_kinds = {u.split(" ")[0] for u in plan.unknown_charges}
         out += ["", "| line item | amount |", "|---|---:|"]
         for k in ("compute", "storage_running", "storage_stopped", "egress", "ingress"):
-            out.append(f"| {k.replace('_', ' ')} | {money(getattr(li, k), plan.currency)} |")
-        out.append(f"| **total** | **{money(plan.total, plan.currency)}** |")
-        if plan.notes:
+            cell = _cost(getattr(li, k), [k] if k in unknown_kinds else [], plan.currency)
+            out.append(f"| {k.replace('_', ' ')} | {cell} |")
+        out.append(f"| **total** | **{_md(_cost(plan.total, plan.unknown_charges, plan.currency))}** |")
+        extra = list(plan.notes)
+        if plan.idle_alternative:
+            extra.insert(0, f"alternative for the gap: {plan.idle_alternative}")
+        if extra:
             out.append("")
-            out += [f"- {_md(n)}" for n in plan.notes]
+            out += [f"- {_md(n)}" for n in extra]
     if quote.rejected_count:
         out += ["", f"{quote.rejected_count} offers rejected (see `--explain`)."]
     return "\n".join(out) + "\n"

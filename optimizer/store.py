@@ -11,6 +11,7 @@ What it keeps:
 - `price_history`: per snapshot and (gpu, gpus, spot, currency): the min and median price per
   GPU-hour and the number of offers. A few hundred short rows a night, so years fit.
 - `offer_prices`: an offer's old and new prices, only when they change between snapshots.
+- `fx_rates` / `fx_fetch`: the ECB reference rates `rentopt refresh` last fetched, by day.
 
 Writes happen only from `rentopt refresh` (`open_writable`), one provider per transaction, so
 a failure never leaves a partial snapshot. Everything else opens the file read-only
@@ -31,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -252,6 +253,15 @@ class HistoryPoint:
     median_gpu_hour: Decimal
 
 
+@dataclass(frozen=True)
+class FxFetch:
+    """The exchange rates of the last fetch: (ECB day, currency, units per EUR) rows."""
+
+    fetched_at: datetime
+    source: str
+    rows: list[tuple[date, str, Decimal]]
+
+
 # --------------------------------------------------------------------------------------------
 # Migrations
 
@@ -351,6 +361,26 @@ def m002_plan_rows(db: sqlite3.Connection) -> None:
     db.executemany(
         "UPDATE offers SET plan = ? WHERE provider = ? AND offer_id = ?",
         [(_plan_json(Offer.model_validate_json(text)), provider, offer_id) for provider, offer_id, text in rows],
+    )
+
+
+@migration
+def m003_fx_rates(db: sqlite3.Connection) -> None:
+    """ECB euro reference rates as `rentopt refresh` last fetched them (read by currency.py)."""
+    db.execute(
+        """CREATE TABLE fx_rates (
+            day TEXT NOT NULL,
+            currency TEXT NOT NULL,
+            per_eur TEXT NOT NULL,
+            PRIMARY KEY (day, currency)
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE fx_fetch (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            fetched_at TEXT NOT NULL,
+            source TEXT NOT NULL
+        )"""
     )
 
 
@@ -759,6 +789,29 @@ class Store:
                 "UPDATE providers SET last_attempt_at = ?, last_error = ?, last_error_at = ? WHERE name = ?",
                 (now_ts, redact(error, secrets), now_ts, provider),
             )
+
+    # -- exchange rates ---------------------------------------------------------------------
+
+    def fx_rates(self) -> FxFetch | None:
+        """The ECB rates the last successful fetch stored, or None before the first."""
+        with _sql_errors(self.path):
+            fetch = self.db.execute("SELECT fetched_at, source FROM fx_fetch WHERE id = 1").fetchone()
+            if fetch is None:
+                return None
+            rows = self.db.execute("SELECT day, currency, per_eur FROM fx_rates ORDER BY day, currency").fetchall()
+        return FxFetch(parse_timestamp(fetch[0]), fetch[1],  # type: ignore[arg-type]
+                       [(date.fromisoformat(d), c, Decimal(v)) for d, c, v in rows])
+
+    def write_fx_rates(self, rows: Sequence[tuple[date, str, Decimal]], *, fetched_at: datetime, source: str) -> int:
+        """Replace the stored ECB rates with `rows`, in one transaction; returns how many."""
+        self._require_writable()
+        with _sql_errors(self.path), self._transaction():
+            self.db.execute("DELETE FROM fx_rates")
+            self.db.executemany("INSERT INTO fx_rates (day, currency, per_eur) VALUES (?, ?, ?)",
+                                [(d.isoformat(), c, str(v)) for d, c, v in rows])
+            self.db.execute("INSERT OR REPLACE INTO fx_fetch (id, fetched_at, source) VALUES (1, ?, ?)",
+                            (timestamp(fetched_at), source))
+        return len(rows)
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:

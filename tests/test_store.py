@@ -52,6 +52,8 @@ EXPECTED_COLUMNS = {
     "price_history": ["snapshot_id", "provider", "fetched_at", "gpu", "gpus", "spot", "currency", "offers",
                       "min_gpu_hour", "median_gpu_hour"],
     "offer_prices": ["provider", "offer_id", "snapshot_id", "fetched_at", "previous_prices", "prices"],
+    "fx_rates": ["day", "currency", "per_eur"],
+    "fx_fetch": ["id", "fetched_at", "source"],
 }
 EXPECTED_INDEXES = {"snapshots_provider", "offers_gpu", "offers_memory", "offers_price", "price_history_gpu",
                     "price_history_gpu_provider"}

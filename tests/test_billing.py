@@ -39,7 +39,7 @@ from rentopt.optimizer.billing import (
     transfer_line,
     use_bounds,
 )
-from rentopt.optimizer.currency import FxTable
+from rentopt.optimizer.currency import EcbHistory, FxTable
 from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
 
 D = Decimal
@@ -166,12 +166,14 @@ def test_cny_offer_converted_to_usd_with_the_rate_shown(fx):
     assert (rate.currency, rate.per_usd, rate.as_of) == ("CNY", D("7.2"), "user override")
 
 
-def test_cny_offer_with_the_bundled_rate():
-    fx = FxTable.load()
+def test_cny_offer_with_an_ecb_rate():
+    # The ECB's published rates of 2026-10-30: 1.1172 USD and 7.4326 CNY per EUR.
+    ecb = EcbHistory.from_csv("Date,USD,CNY,\n2026-10-30,1.1172,7.4326,\n", "ECB test copy")
+    fx = FxTable.load(histories=[ecb])
     pricing = rental_pricing(offer(SEED_NODE), 1, fx, "USD", interruptible=False)
-    # 7920 / 7.2790 = 1088.0615469... -> 1088.061547
-    assert pricing.block("month").price == D("1088.061547")
-    assert fx.rates_used(["CNY"])[0].as_of == "2025-02-28"
+    # 7.4326 / 1.1172 = 6.652882... -> 6.65288 CNY per USD; 7920 / 6.65288 = 1190.4618751... -> 1190.461875
+    assert pricing.block("month").price == D("1190.461875")
+    assert fx.rates_used(["CNY"])[0].as_of == "2026-10-30"
 
 
 # --------------------------------------------------------------------------------------------

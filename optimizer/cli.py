@@ -70,7 +70,7 @@ def cli() -> None:
 
 
 def workload_options(f: Any) -> Any:
-    """The workload flags shared by `estimate` and `quote` (design.md contract, plus extensions)."""
+    """The workload flags shared by `estimate` and `quote`."""
     options = [
         click.option("--model", "-m", "model_name", required=True, metavar="MODEL",
                      help="Preset (13b, llama-3.1-8b, qwen2.5-7b), size (6.7b, 350m) or path to a config.json."),
@@ -84,7 +84,8 @@ def workload_options(f: Any) -> Any:
         click.option("--offload", type=click.Choice(["none", "optimizer", "all"]), default=None,
                      help="Move optimizer state (and parameters) to CPU RAM."),
         click.option("--grad-checkpointing/--no-grad-checkpointing", default=True, show_default=True,
-                     help="Recompute activations in backward (seeds: on for long sequences)."),
+                     help="Recompute activations in backward: far less activation memory for ~20 % more step "
+                          "time (Hugging Face, huggingface.co/docs/transformers/perf_train_gpu_one)."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="FlashAttention/SDPA: no seq^2 attention scores."),
         click.option("--lora-rank", type=click.IntRange(min=1), default=16, show_default=True),
@@ -102,7 +103,8 @@ def workload_options(f: Any) -> Any:
         click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="NF4 double quantisation (QLoRA)."),
         click.option("--chunked-loss", is_flag=True, help="Chunked/fused cross-entropy (torchtune, Liger, unsloth)."),
         click.option("--margin", type=click.FloatRange(0, 1), default=0.15, show_default=True,
-                     help="Safety margin over the nvidia-smi view (seeds: 15-20 %)."),
+                     help="Headroom required over the nvidia-smi view, for fragmentation and spikes the "
+                          "estimate does not model (0.15 = 15 %)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -145,7 +147,8 @@ def estimate_command(fmt: str, **kw: Any) -> None:
       rentopt estimate --model llama-3.1-70b --mode qlora --seq-len 4096
       rentopt estimate --model ./config.json --mode inference --quant nf4 --seq-len 32768
 
-    The breakdown follows the seeds: weights, gradients, optimizer, activations, overhead.
+    The breakdown is the usual training-memory accounting (weights, gradients, optimizer state,
+    activations, overhead; Hugging Face, huggingface.co/docs/transformers/model_memory_anatomy).
     Three totals, because published numbers measure different things: allocated (PyTorch's
     max_memory_allocated), reserved (caching allocator) and device (nvidia-smi); "required"
     adds the safety margin and is what rentopt compares with a card's memory. GB = 1e9 bytes.
@@ -235,7 +238,7 @@ _non_negative_decimal_option = _decimal_option(allow_zero=True)
 @click.option("--idle-days", callback=_non_negative_decimal_option, default="0", show_default=True, metavar="N",
               help="Gap between validation and training (keep the instance stopped, or destroy: priced both ways).")
 @click.option("--keep-checkpoints", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Checkpoints kept on disk (the latest and the best).")
+              help="Checkpoints kept on disk (2: the latest and the best).")
 @click.option("--data-gb", callback=_non_negative_decimal_option, default="10", show_default=True, metavar="GB",
               help="Dataset size on the instance's disk.")
 @click.option("--deadline-days", callback=_positive_decimal_option, metavar="D",
@@ -464,7 +467,8 @@ def refresh_command(names: str | None, quiet: bool) -> None:
 @click.option("--gpu", metavar="GPU", help="A catalog id or alias (H100-SXM-80GB, 'RTX 4090'; see `rentopt gpus`).")
 @click.option("--min-gpus", type=click.IntRange(min=1), help="At least this many GPUs per node.")
 @click.option("--min-gpu-memory", type=click.FloatRange(min=0), metavar="GB", help="At least GB of memory per GPU.")
-@click.option("--provider", "providers", metavar="A,B", help="Only these providers (comma-separated).")
+@click.option("--providers", "--provider", "providers", metavar="A,B",
+              help="Only these providers (comma-separated), as in quote and report; --provider also works.")
 @click.option("--max-price", callback=_positive_decimal_option, metavar="PRICE",
               help="At most PRICE per node-hour, in each offer's own currency (no conversion; see --currency).")
 @click.option("--currency", metavar="CODE", help="Only offers priced in this currency (USD, CNY, ...).")
@@ -485,7 +489,7 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
     Examples:
       rentopt offers --gpu H100-SXM-80GB --min-gpus 8
       rentopt offers --min-gpu-memory 48 --max-price 2 --currency USD --sort price
-      rentopt offers --provider vast --format csv > vast.csv
+      rentopt offers --providers vast --format csv > vast.csv
 
     Prices are per node-hour (all GPUs of the offer): the hourly price, or for an offer sold by
     the day/week/month that price per hour of it. The header says where they come from: the

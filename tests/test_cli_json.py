@@ -1,0 +1,48 @@
+"""`--format json` on the listing commands is valid JSON a script can rely on, and `offers`
+spells its provider filter like every other command (`--providers`, `--provider` as an alias)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from rentopt.optimizer.cli import cli
+
+
+def run_json(*args: str):
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_gpus_json_lists_catalog_entries_with_sources():
+    gpus = run_json("gpus", "--class", "datacenter", "--min-memory", "80", "--format", "json")
+    assert gpus and all(g["gpu_class"] == "datacenter" and g["memory_gb"] >= 80 for g in gpus)
+    h100 = next(g for g in gpus if g["id"] == "H100-SXM-80GB")
+    assert h100["memory_gb"] == 80 and h100["nvlink_gbps"] == 900  # NVIDIA H100 datasheet: 80 GB, 900 GB/s NVLink
+
+
+def test_gpus_json_with_no_match_is_an_empty_list():
+    assert run_json("gpus", "--min-memory", "100000", "--format", "json") == []
+
+
+def test_models_json_lists_presets_and_resolves_one():
+    presets = run_json("models", "--format", "json")
+    assert isinstance(presets, list) and {"llama-2-13b", "llama-3.1-8b"} <= {p["id"] for p in presets}
+    one = run_json("models", "13b", "--format", "json")
+    assert isinstance(one, dict) and one["id"] == "llama-2-13b"
+    assert one["layers"] == 40 and one["hidden"] == 5120  # Llama 2 13B config.json: 40 layers, hidden 5120
+
+
+def test_offers_json_is_a_list_of_priced_offers():
+    offers = run_json("offers", "--providers", "lambda", "--format", "json")
+    assert offers and all(o["provider"] == "lambda" and o["currency"] == "USD" and o["fetched_at"] for o in offers)
+
+
+@pytest.mark.parametrize("spelling", ["--providers", "--provider"])
+def test_offers_providers_and_its_alias_give_the_same_rows(spelling):
+    both = run_json("offers", spelling, "lambda,sheet", "--format", "json")
+    assert {o["provider"] for o in both} == {"lambda", "sheet"}
+    assert both == run_json("offers", "--providers", "lambda,sheet", "--format", "json")

@@ -27,8 +27,8 @@ unit happens only for display (`round_money`).
 from __future__ import annotations
 
 import bisect
-import csv
 import io
+import itertools
 import logging
 import re
 import tomllib
@@ -177,34 +177,27 @@ class EcbHistory:
     """ECB euro reference rates by day: units of each currency per 1 EUR, from one source.
 
     Built from the ECB's CSV (`from_csv`: "Date,USD,JPY,...," newest first, "N/A" where a
-    currency had no rate that day) or from stored rows (`from_rows`). Columns are parsed on
-    first use, so loading the 27-year file costs only the currencies a quote converts.
+    currency had no rate that day) or from stored rows (`from_rows`). A day's line is split only
+    when a lookup reaches it, so loading the 27-year file costs little and a quote reads the few
+    days its prices fall on.
     """
 
-    def __init__(self, source: str, header: Sequence[str] = (), rows: Sequence[tuple[date, Sequence[str]]] = (),
-                 series: Mapping[str, Sequence[tuple[date, Decimal]]] | None = None):
+    def __init__(self, source: str, header: Sequence[str], rows: Iterable[tuple[date, Sequence[str] | str]]):
         self.source = source
         self._columns = {code: i for i, code in enumerate(header) if _CODE.match(code)}
-        self._rows = sorted(rows, key=lambda r: r[0])
-        self._series: dict[str, tuple[list[date], list[Decimal]]] = {}
-        self._by_day: dict[str, dict[date, Decimal]] = {}
-        for code, points in (series or {}).items():
-            ordered = sorted(points)
-            self._series[code] = ([d for d, _ in ordered], [v for _, v in ordered])
-            self._by_day[code] = dict(ordered)
+        ordered = sorted(rows, key=lambda r: r[0])
+        self._days = [d for d, _ in ordered]
+        self._lines: list[Sequence[str] | str] = [line for _, line in ordered]
 
     @classmethod
     def from_csv(cls, text: str, source: str) -> EcbHistory:
-        """Parse the ECB's history CSV; a file without a Date column is a ValueError."""
-        reader = csv.reader(io.StringIO(text))
-        header = [h.strip() for h in next(reader, [])]
+        """Parse the ECB's history CSV; a file without a Date,USD header is a ValueError."""
+        lines = text.splitlines()
+        # The ECB's file has no quoting, so a plain split is exact.
+        header = [h.strip() for h in lines[0].split(",")] if lines else []
         if not header or header[0] != "Date" or "USD" not in header:
             raise ValueError("not an ECB reference-rate file: the first line must be Date,USD,...")
-        rows = []
-        for line in reader:
-            if not line or not line[0].strip():
-                continue
-            rows.append((date.fromisoformat(line[0].strip()), line))
+        rows = [(date.fromisoformat(raw[:10]), raw) for raw in lines[1:] if raw.strip()]
         if not rows:
             raise ValueError("the ECB reference-rate file has no rows")
         return cls(source, header, rows)
@@ -224,65 +217,62 @@ class EcbHistory:
 
     @classmethod
     def from_rows(cls, rows: Iterable[tuple[date, str, Decimal]], source: str) -> EcbHistory:
-        series: dict[str, list[tuple[date, Decimal]]] = {}
+        by_day: dict[date, dict[str, Decimal]] = {}
         for day, code, per_eur in rows:
-            series.setdefault(code, []).append((day, per_eur))
-        return cls(source, series=series)
+            by_day.setdefault(day, {})[code] = per_eur
+        header = ["Date", *sorted({c for values in by_day.values() for c in values})]
+        return cls(source, header, [(d, [d.isoformat(), *(str(v.get(c, "N/A")) for c in header[1:])])
+                                    for d, v in by_day.items()])
 
     @property
     def codes(self) -> set[str]:
-        return set(self._columns) | set(self._series)
-
-    def points(self) -> list[tuple[date, str, Decimal]]:
-        """Every (day, currency, units per EUR) the history holds, oldest first."""
-        for code in self.codes:
-            self._load(code)
-        return sorted((d, code, v) for code, (days, values) in self._series.items() for d, v in zip(days, values))
+        return set(self._columns)
 
     @property
     def last_day(self) -> date | None:
-        days = self._series_of("USD")[0]
-        return days[-1] if days else None
+        return next((self._days[i] for i in range(len(self._days) - 1, -1, -1) if self._value(i, "USD")), None)
 
-    def _load(self, code: str) -> None:
-        if code in self._series:
-            return
-        days: list[date] = []
-        values: list[Decimal] = []
+    def _value(self, i: int, code: str) -> Decimal | None:
         col = self._columns.get(code)
-        if col is not None:
-            for day, line in self._rows:
-                value = _positive_decimal(line[col]) if col < len(line) else None
-                if value is not None:
-                    days.append(day)
-                    values.append(value)
-        self._series[code] = (days, values)
-        self._by_day[code] = dict(zip(days, values))
+        if col is None:
+            return None
+        line = self._lines[i]
+        if isinstance(line, str):
+            line = self._lines[i] = line.split(",")
+        return _positive_decimal(line[col]) if col < len(line) else None
 
-    def _series_of(self, code: str) -> tuple[list[date], list[Decimal]]:
-        self._load(code)
-        return self._series[code]
+    def points(self, after: date | None = None) -> list[tuple[date, str, Decimal]]:
+        """Every (day, currency, units per EUR) the history holds (after the day `after`), oldest first."""
+        out = []
+        first = 0 if after is None else bisect.bisect_right(self._days, after)
+        for i, day in enumerate(self._days[first:], start=first):
+            for code in sorted(self._columns):
+                if (v := self._value(i, code)) is not None:
+                    out.append((day, code, v))
+        return out
 
     def has(self, code: str) -> bool:
-        return code in (BASE, ECB_BASE) or bool(self._series_of(code)[0])
+        """Whether any day has a rate for `code` (EUR: any day with a USD rate)."""
+        column = "USD" if code == ECB_BASE else code
+        if column not in self._columns:
+            return code == BASE
+        return any(self._value(i, column) is not None for i in range(len(self._days) - 1, -1, -1))
 
     def per_usd(self, code: str, on: date | None) -> tuple[date, Decimal] | None:
         """(ECB day, units of `code` per USD) for the last ECB day on or before `on` (the latest
-        when `on` is None) on which both `code` and USD have a rate; else the earliest day after
-        `on`; None when the history has no rate for `code` at all."""
-        self._load("USD")
-        usd = self._by_day["USD"]
-        days, values = self._series_of("USD" if code == ECB_BASE else code)
-        if not days:
+        when `on` is None) on which both `code` and USD have a rate; else the earliest such day
+        after `on`; None when the history has no rate for `code` at all."""
+        if code not in self._columns and code != ECB_BASE:
             return None
-        end = len(days) if on is None else bisect.bisect_right(days, on)
-        candidates = list(range(end - 1, -1, -1)) or list(range(len(days)))
-        for i in candidates:
-            day = days[i]
+        end = len(self._days) if on is None else bisect.bisect_right(self._days, on)
+        for i in itertools.chain(range(end - 1, -1, -1), range(end, len(self._days))):
+            usd = self._value(i, "USD")
+            if usd is None:
+                continue
             if code == ECB_BASE:
-                return day, _CROSS.divide(Decimal(1), values[i])
-            if day in usd:
-                return day, cross_rate(values[i], usd[day])
+                return self._days[i], _CROSS.divide(Decimal(1), usd)
+            if (units := self._value(i, code)) is not None:
+                return self._days[i], cross_rate(units, usd)
         return None
 
 

@@ -58,8 +58,7 @@ def parse_history(data: bytes, keep_days: int = KEEP_DAYS) -> tuple[list[tuple[d
     last = history.last_day
     if last is None:
         raise ValueError("the ECB file has no USD rate")
-    start = last - timedelta(days=keep_days)
-    return [p for p in history.points() if p[0] > start], last
+    return history.points(after=last - timedelta(days=keep_days)), last
 
 
 async def fetch_reference_rates(settings=None, transport: httpx.AsyncBaseTransport | None = None,

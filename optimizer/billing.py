@@ -5,7 +5,8 @@ What it knows, and where each rule is written (once):
 - **Price options** (`rental_pricing`): an offer's hourly price is metered time, billed in granules
   of `billing_granularity_s` with a minimum charge `billing_minimum_s` per session; day, week,
   month (the provider's `month_hours`) and reserved-term prices are prepaid blocks. Prices are
-  converted into the quote currency at the price's own date and quantised to 1e-6 of it.
+  converted into the quote currency at the exchange rate of the price's own day (the offer's
+  fetched_at) and quantised to 1e-6 of it.
 - **The cheapest cover** (`cover_in_units`, `cheapest_cover`): the exact cheapest mix of blocks
   and metered time for a span of running time (one month + 15 days vs two months), by a bounded
   search, no solver.
@@ -436,7 +437,7 @@ def rental_pricing(offer: Offer, nodes: int, fx: FxTable, currency: str, interru
     hourly: Decimal | None = None
     blocks: list[Block] = []
     for opt in options:
-        price = quantize_money(fx.convert(opt.amount, offer.currency, currency) * nodes)
+        price = quantize_money(fx.convert(opt.amount, offer.currency, currency, on=offer.fetched_at) * nodes)
         if price <= 0:  # a price below 1e-6 of the currency cannot be represented; treat as unknown
             continue
         if opt.unit == PriceUnit.HOUR:
@@ -498,7 +499,7 @@ class Terms:
 
 
 def _optional(offer: Offer, fx: FxTable, currency: str, amount: Decimal | None) -> Decimal | None:
-    return None if amount is None else quantize_money(fx.convert(amount, offer.currency, currency))
+    return None if amount is None else quantize_money(fx.convert(amount, offer.currency, currency, on=offer.fetched_at))
 
 
 def offer_terms(offer: Offer, fx: FxTable, currency: str) -> Terms:

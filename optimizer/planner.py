@@ -713,12 +713,13 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     assumptions = list(prep.train_memory.assumptions[:1]) + prep.notes + list(planned.work.notes)
     assumptions.append(f"disk {prep.disk_gb} GB = base weights + {req.data_gb} GB data + "
                        f"{req.keep_checkpoints} checkpoints of {_gb(prep.train_memory.checkpoint_gb)} GB")
-    currencies = {o.currency for o in used} | {req.currency}
+    dated = [(o.currency, o.fetched_at) for o in used]
+    assumptions += fx.old_rate_warnings(dated, req.currency)
     return Quote(
         currency=req.currency, prices_as_of=min(o.fetched_at for o in used), price_origin=offers.origin,
         work=Work(tokens=planned.work.tokens, basis=planned.work.basis,
                   deadline_hours=planned.work.deadline_hours),
-        fx=fx.rates_used(currencies), plans=plans,
+        fx=fx.rates_used(dated, to_ccy=req.currency), plans=plans,
         rejected=rejections(planned) if list_rejected else [], rejected_count=len(planned.rejected),
         memory=prep.train_memory, assumptions=assumptions,
     )

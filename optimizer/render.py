@@ -292,4 +292,7 @@ def quote_markdown(quote: Quote, now: datetime | None = None, job: str = "") -> 
 
 
 def _md(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Offer text in a Markdown cell or line: links, HTML and table syntax made inert."""
+    from rentopt.optimizer.text import escape_markdown
+
+    return escape_markdown(str(text))

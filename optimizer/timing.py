@@ -1,118 +1,471 @@
-"""Hours to train on a layout: FLOPs per token, the GPU's dense peak, an MFU prior and scaling.
+"""Training throughput: tokens per second for a job on a layout, built from what moves it.
 
-Every number is a prior with a range; the quote uses the typical value and reports the range.
-A validation run (the seeds' step 1) measures the real throughput; `--tokens-per-second`-style
-calibration is left to the user's measured numbers.
+One micro-batch on one GPU costs the sum of what the GPU does:
+
+- matmuls: FLOPs at the GPU's achievable matmul rate (MAMF), lowered for small GEMMs (few tokens
+  per micro-batch, narrow hidden size);
+- attention: FLOPs at the attention kernel's rate (FlashAttention), or the memory traffic of the
+  seq x seq scores without it;
+- memory-bound work: norms, activations, residuals, rotary (bytes per token per layer), the
+  logits/loss over the vocabulary, LoRA adapter side-paths, QLoRA dequantisation (bytes per
+  frozen weight per pass), fp8 casts;
+- framework overhead: the time per layer that the GPU idles while Python launches kernels;
+- recomputation with gradient checkpointing: one more forward (its matmuls, attention,
+  memory-bound work and launches), priced like the first one;
+
+plus what the network adds and compute does not hide: bytes per step of the parallel layout
+(DDP / ZeRO / FSDP collectives, tensor-parallel all-reduces, offloaded weights and optimizer)
+over the link's achievable bandwidth (NVLink, PCIe with or without peer-to-peer, the node
+fabric), a pipeline bubble, and the optimizer step.
+
+The free constants of that model were fitted to published measurements (tests/data/
+throughput-measurements.json; tools/fit_throughput.py) and checked on sources held out of the
+fit (tests/test_timing_calibration.py). The low-high range is the spread of the fit's residuals,
+widened by the uncertainty of the link bandwidth.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from rentopt.optimizer.feasibility import PCIE_X16_GBPS
+from rentopt.optimizer.memory import NF4_BITS, NF4_DQ_BITS, trainable_params
 from rentopt.optimizer.models import GpuSpec, Layout, ModelSpec, TrainingSetup
 
-# Training FLOPs: forward 2 FLOPs per parameter per token, backward twice that = 6N (Kaplan et
-# al. 2020, arXiv:2001.08361 §2.1); full activation recomputation adds one forward = 8N
-# (bigscience math/README.md, competitors.md §6). Attention adds 12*L*s*d_attn per token for
-# training (PaLM, Chowdhery et al. 2022, arXiv:2204.02311 Appendix B).
-FORWARD_FLOPS_PER_PARAM = 2
-# LoRA/QLoRA: the frozen base needs no weight gradients, only activation gradients, so backward
-# costs one forward instead of two: ~4N (competitors.md §6, "our analysis"; adapters are <1 %).
-BACKWARD_FACTOR = {"full": 2.0, "lora": 1.0, "qlora": 1.0}
-
-# Model FLOPs utilisation priors (pessimistic, typical, optimistic) by GPU class, applied to the
-# dense 16-bit peak. gpu-specs.md §1: whole-model training reaches ~35-55 % MFU on NVLink/NVSwitch
-# nodes (stas00/ml-engineering); competitors.md §6: calculators assume 30-50 %, PaLM reached 46 %.
-# Fine-tuning at small micro-batches sits at the low end, hence the ranges.
-MFU_PRIOR: dict[str, tuple[float, float, float]] = {
-    "datacenter": (0.25, 0.38, 0.50),
-    "workstation": (0.25, 0.35, 0.45),
-    "consumer": (0.25, 0.35, 0.45),
+# --- measured hardware ceilings ----------------------------------------------------------------
+# Maximum achievable matmul FLOPS (BF16, best large shape) / dense peak: stas00/ml-engineering
+# compute/accelerator/README.md "Maximum Achievable Matmul FLOPS comparison table": A100 SXM
+# 267.9/312 = 85.9 %, A100 PCIe 82.2 %, H100 SXM 792.1/989 = 80.1 %, GH200 83.0 %, MI250X 76.7 %,
+# MI300X 60.1 %. Parts not in that table take the value of their nearest measured relative
+# (same architecture; GeForce/RTX parts the A100 PCIe figure); their fit residuals show whether
+# that holds (the 4090 rows in the calibration data do).
+MAMF_EFFICIENCY: dict[str, float] = {
+    "A100-SXM4-80GB": 0.859, "A100-SXM4-40GB": 0.859, "A800-SXM4-80GB": 0.859,
+    "A100-PCIe-80GB": 0.822, "A100-PCIe-40GB": 0.822, "A800-PCIe-80GB": 0.822,
+    "H100-SXM-80GB": 0.801, "H200-SXM-141GB": 0.801, "H800-SXM-80GB": 0.801, "H20-96GB": 0.801,
+    "GH200-96GB": 0.830, "GH200-144GB": 0.830,
+    "MI250X-128GB": 0.767, "MI300X-192GB": 0.601, "MI325X-256GB": 0.601,
 }
-# AMD Instinct parts reach ~51-60 % of peak in stas00's MAMF matmul benchmark against ~80 % for
-# H100 SXM (gpu-specs.md §1), so their achievable MFU is scaled by ~0.7.
-VENDOR_FACTOR = {"AMD": 0.7}
+MAMF_DEFAULT = 0.822  # A100 PCIe: the middle of the measured NVIDIA parts
+# Achievable fraction of spec memory bandwidth for streaming kernels: NVIDIA's copy benchmarks
+# and BabelStream reach ~80-90 % of the data-sheet figure on A100/H100; we take the low end.
+HBM_EFFICIENCY = 0.80
+# FlashAttention-2 backward does 2.5x the forward's matmul FLOPs (it recomputes the scores:
+# 5 matmuls against 2; Dao 2023, arXiv:2307.08691 §3.1.2).
+ATTN_BACKWARD_RATIO = 2.5
+# FlashAttention's rate grows with sequence length: FA2 paper Fig. 4 (A100, causal, head dim 128,
+# fwd+bwd) ~110 TFLOPS at 512 tokens, ~150 at 2k, ~170-190 at 8k-16k: s / (s + 350) fits it.
+ATTN_SEQ_HALF = 350.0
+# Eager attention materialises the scores: per head and token, s scores written and read about
+# 12 times over forward and backward (QK^T write, softmax read/write, dropout, AV read; backward
+# twice that), 2 bytes each.
+EAGER_SCORE_PASSES = 12
+# Per-link achievable bus bandwidth, as a fraction of the link's one-way figure: nccl-tests
+# all_reduce busbw on DGX A100 is ~230 GB/s of NVLink's 300 GB/s one way; PCIe Gen4 x16 with
+# peer-to-peer ~22 of 31.5 GB/s; GeForce cards without P2P stage through host memory (NCCL SHM),
+# "well under 25 GB/s" (gpu-specs.md §5): ~0.35 of the PCIe figure. IB/RoCE reach ~85 % of
+# line rate in nccl-tests.
+LINK_EFFICIENCY = {"nvlink": 0.75, "pcie": 0.70, "pcie-no-p2p": 0.35, "fabric": 0.85}
+# The link bandwidth really delivered varies with lane width, PCIe switches, NIC sharing and
+# topology: the range prices it at 0.6x and 1.4x (a PCIe Gen4 card in an x8 slot gets half).
+LINK_RANGE = (0.6, 1.4)
+# Optimizer step, bytes moved per trainable parameter (read + write): AdamW fp32 master, two fp32
+# moments and the gradient read, written back, plus the bf16 copy and grad clipping/zeroing:
+# 4+4+4+4 read, 4+4+4+2 written, ~8 for clip-norm and zeroing = 38. 8-bit states: 1 byte each.
+OPTIMIZER_BYTES = {"adamw": 38.0, "paged-adamw": 38.0, "adamw-8bit": 26.0, "sgd": 18.0, "none": 0.0}
+# CPU optimizer (ZeRO-Offload's CPU-Adam): host DRAM traffic of the same bytes at ~40 GB/s, what
+# a dual-socket server's AVX Adam sustains (Ren et al. 2021, arXiv:2101.06840, Fig. 5: ~1 s per
+# 10B-parameter step on 2 x 24 cores); a prior.
+HOST_OPTIMIZER_GBPS = 40.0
+# Gradient bytes on the wire: PyTorch DDP under autocast keeps fp32 parameters, so fp32 grads;
+# FSDP/ZeRO mixed precision reduces in bf16 (FSDP MixedPrecision reduce_dtype, DeepSpeed bf16).
+GRAD_WIRE_BYTES = {"ddp": 4.0, "sharded": 2.0}
+# When the user does not say how many tokens one optimizer step covers: 2^18 (128 sequences of
+# 2048), the order of published fine-tuning recipes (Alpaca 128 x 512, torchtune/axolotl 64-128
+# x 2048). Only the optimizer step and pipeline bubble depend on it.
+DEFAULT_TOKENS_PER_STEP = 2**18
 
-# QLoRA dequantises each 4-bit weight for every matmul. LitGPT's resource tables (A100, time per
-# 1k iterations, LoRA vs bnb.nf4): phi-1.5 1.62 vs 1.77 min, StableLM-3B 1.24 vs 1.82, Llama-2-7B
-# 2.36 vs 3.68, Llama-2-13B 3.19 vs 6.38: throughput x0.5-0.92.
-QLORA_SPEED = (0.50, 0.65, 0.90)
 
-# Memory-bound decoding: each new token reads every weight once; a well-tuned server reaches
-# ~60 % of peak bandwidth (vLLM/TGI-class kernels; a prior, not a measurement).
-DECODE_BANDWIDTH_EFFICIENCY = 0.6
+@dataclass(frozen=True)
+class SpeedParams:
+    """The fitted constants (tools/fit_throughput.py over the fit sources; see the module doc)."""
+
+    tokens_half: float  # tokens per micro-batch at which GEMMs reach half their ceiling
+    hidden_half: float  # GEMM width at which they reach half (narrow models waste tiles)
+    attn_ampere: float  # FlashAttention rate / dense peak on Ampere/Ada (and older)
+    attn_hopper: float  # ... on Hopper/Blackwell (FA2 does not use their new instructions)
+    elem_bytes: float  # memory-bound bytes per token per layer per hidden+intermediate element
+    loss_bytes: float  # bytes per token per vocabulary entry (logits, softmax, loss, grad)
+    dequant_bytes: float  # QLoRA: bytes moved per frozen 4-bit weight per pass (read, unpack, write)
+    layer_overhead_s: float  # CPU (framework) time per layer per micro-batch, forward + backward
+    overlap: float  # share of data-parallel communication hidden behind compute
+    range_low: float  # typical x this = pessimistic end (residual quantile of the fit)
+    range_high: float  # typical x this = optimistic end
+
+
+# Fitted by tools/fit_throughput.py (least squares on log rate over the fit sources named there);
+# re-run it after changing the model. Values are rounded to what the data can tell apart.
+FITTED = SpeedParams(
+    tokens_half=1055.0, hidden_half=433.0, attn_ampere=0.378, attn_hopper=0.171,
+    elem_bytes=58.1, loss_bytes=11.7, dequant_bytes=7.80,
+    layer_overhead_s=0.00494, overlap=0.96,
+    range_low=0.80, range_high=1.22,
+)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Facts about a run that a Layout does not carry (calibration records state them)."""
+
+    tokens_per_step: float | None = None  # tokens per optimizer step, all GPUs; None: the default
+    recompute: float | None = None  # share of the forward recomputed (selective checkpointing)
+    tp_overlap: bool = False  # tensor-parallel all-reduces overlapped with GEMMs (Megatron --tp-comm-overlap)
+    link_scale: float = 1.0  # multiplies every link bandwidth (the range uses 0.6 / 1.4)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per micro-batch on one GPU of a replica, by what it is spent on."""
+
+    matmul: float
+    attention: float
+    memory_bound: float  # elementwise, loss, adapters, dequantisation, fp8 casts
+    framework: float
+    comm_hidden_or_not: float  # data-parallel traffic per micro-batch (overlappable)
+    comm_exposed: float  # tensor-parallel all-reduces and the offloaded optimizer (not hidden)
+    optimizer: float  # the optimizer step, per micro-batch
+    bubble_factor: float  # pipeline: x (1 + (pp - 1) / micro-batches per step)
+    total: float
+
+    @property
+    def compute(self) -> float:
+        return self.matmul + self.attention + self.memory_bound + self.framework
+
+
+@dataclass(frozen=True)
+class Throughput:
+    tokens_per_second: tuple[float, float, float]  # (low, typical, high), whole layout
+    mfu: float  # typical model-FLOPs utilisation per GPU (no recompute counted)
+    scaling_efficiency: float  # typical rate / (GPUs x the same job's one-GPU rate)
+    scaling_range: tuple[float, float]
+    flops_per_token: float  # model FLOPs (forward + backward, attention, no recompute)
+    notes: tuple[str, ...]
+    step: StepTime | None = None  # the typical breakdown (for tests and --explain-style output)
 
 
 @dataclass(frozen=True)
 class TrainingTime:
-    hours_low: float
+    hours_low: float  # optimistic (fastest) end
     hours: float
-    hours_high: float
+    hours_high: float  # pessimistic end: what a deadline should use
     flops_per_token: float
     tokens_per_second: float
     assumptions: list[str] = field(default_factory=list)
+    throughput: Throughput | None = None
 
 
-def flops_per_token(model: ModelSpec, setup: TrainingSetup) -> float:
-    """Training FLOPs per token (forward + backward + recomputation) for the whole model.
+# --- FLOPs --------------------------------------------------------------------------------------
+
+
+def _active_block_linear(model: ModelSpec) -> int:
+    router = model.hidden * model.num_experts if model.num_experts > 1 else 0
+    return model.layers * (model.attention_params_per_layer
+                           + model.experts_per_token * model.mlp_params_per_expert + router)
+
+
+def matmul_params(model: ModelSpec) -> int:
+    """Weights a token is multiplied by: the active block projections plus the output head
+    (a matmul even when tied to the embedding; the embedding lookup is not)."""
+    return _active_block_linear(model) + model.vocab * model.hidden
+
+
+def attention_flops_forward(model: ModelSpec, seq_len: int) -> float:
+    """Causal attention FLOPs per token, forward: QK^T and AV over on average s/2 keys:
+    2 matmuls x 2 FLOPs x (s/2) x d per layer = 2 s d (PaLM, arXiv:2204.02311 App. B counts the
+    non-causal 4 s d)."""
+    return 2.0 * model.layers * seq_len * model.q_dim
+
+
+def _backward_factor(mode: str) -> float:
+    # Full: gradients for activations and weights, 2x the forward. LoRA/QLoRA: the frozen base
+    # still passes activation gradients back (1x forward) but computes no weight gradients.
+    return {"full": 2.0, "lora": 1.0, "qlora": 1.0}.get(mode, 0.0)
+
+
+def flops_per_token(model: ModelSpec, setup: TrainingSetup, *, recompute: float | None = None) -> float:
+    """Training FLOPs per token: forward + backward (+ the recomputed forward when asked).
+
+    `recompute` is the share of the forward run again (1.0 with full activation checkpointing);
+    by default it follows `setup.grad_checkpointing`. Model FLOPs (for MFU) use recompute=0.
 
     >>> from rentopt.optimizer.models import ModelSpec, TrainingSetup
     >>> m = ModelSpec(name="x", layers=32, hidden=4096, heads=32, kv_heads=32, intermediate=11008,
     ...               vocab=32000, params=6_738_415_616)
     >>> full = flops_per_token(m, TrainingSetup(mode="full", grad_checkpointing=False, seq_len=2048))
-    >>> round(full / m.active_params, 2)  # 6N (embedding lookups excluded) plus attention
-    6.36
+    >>> round(full / m.active_params, 2)  # 6N (embedding lookups excluded) plus causal attention
+    6.18
     """
-    matmul_params = model.active_params - model.embedding_params + (
-        model.embedding_params if model.tied_embeddings else 0)  # the output projection is a matmul
-    forward = FORWARD_FLOPS_PER_PARAM * matmul_params + 4 * model.layers * setup.seq_len * model.q_dim
+    forward = 2.0 * matmul_params(model) + attention_flops_forward(model, setup.seq_len)
     if setup.mode == "inference":
         return forward
-    passes = 1 + BACKWARD_FACTOR[setup.mode] + (1 if setup.grad_checkpointing else 0)
-    return forward * passes
+    r = (1.0 if setup.grad_checkpointing else 0.0) if recompute is None else recompute
+    return forward * (1.0 + _backward_factor(setup.mode) + r)
 
 
-def _peak_tflops(gpu: GpuSpec, setup: TrainingSetup) -> float:
-    if setup.precision == "fp32":
-        return gpu.fp32_tflops or gpu.fp16_tflops or 0.0
-    # fp8: no speed-up is assumed over bf16 (Transformer Engine gains depend on the model);
-    # GPUs without bf16 (V100, T4) train in fp16 AMP.
-    return gpu.bf16_tflops or gpu.fp16_tflops or 0.0
+# --- the step model -----------------------------------------------------------------------------
+
+
+def _peak(gpu: GpuSpec, precision: str, *, matmul: bool) -> float:
+    """Dense tensor FLOP/s for the precision that runs. fp8 applies to the linear layers only
+    (Transformer Engine keeps attention in bf16); GPUs without bf16 (V100, T4) run fp16 AMP."""
+    if precision == "fp8" and matmul and gpu.fp8_tflops:
+        return gpu.fp8_tflops * 1e12
+    if precision == "fp32":
+        return (gpu.fp32_tflops or gpu.fp16_tflops or 0.0) * 1e12
+    return (gpu.bf16_tflops or gpu.fp16_tflops or 0.0) * 1e12
+
+
+def _hopper_or_newer(gpu: GpuSpec) -> bool:
+    arch = gpu.architecture.lower()
+    return any(a in arch for a in ("hopper", "blackwell")) and "gb202" not in arch
+
+
+def _host_link_gbps(gpu: GpuSpec) -> float:
+    return PCIE_X16_GBPS.get(gpu.pcie_gen or 4, 31.5)
+
+
+def _intra_gbps(layout: Layout, gpu: GpuSpec) -> float:
+    """Achievable one-way bus bandwidth between GPUs of a node, GB/s."""
+    if layout.link == "nvlink":
+        nominal = (layout.link_gbps or gpu.nvlink_gbps or 600.0) / 2  # link_gbps is bidirectional
+    else:
+        nominal = layout.link_gbps or _host_link_gbps(gpu)
+    return nominal * LINK_EFFICIENCY[layout.link]
+
+
+def _collective_seconds(size: float, factor: float, group: int, per_node: int, nodes: int,
+                        layout: Layout, gpu: GpuSpec, link_scale: float) -> float:
+    """Hierarchical ring collective moving `factor` x `size` bytes (1: all-gather or
+    reduce-scatter, 2: all-reduce) over `group` GPUs, `per_node` of them in each of `nodes`.
+
+    Inside a node each GPU moves factor * size * (g-1)/g over the intra-node link; across nodes
+    each node moves factor * size * (k-1)/k over its fabric. The two stages pipeline: the slower
+    one sets the time."""
+    if group <= 1 or size <= 0:
+        return 0.0
+    t = 0.0
+    if per_node > 1:
+        t = factor * size * (per_node - 1) / per_node / (_intra_gbps(layout, gpu) * 1e9 * link_scale)
+    if nodes > 1:
+        fabric = (layout.fabric_gbps or 200.0) / 8 * LINK_EFFICIENCY["fabric"]  # Gb/s per node -> GB/s
+        t = max(t, factor * size * (nodes - 1) / nodes / (fabric * 1e9 * link_scale))
+    return t
+
+
+def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpec,
+              params: SpeedParams = FITTED, knobs: Knobs = Knobs(), *, single_gpu: bool = False) -> StepTime:
+    """Seconds per micro-batch per replica on `layout` (or on one GPU of it, `single_gpu`)."""
+    mode = setup.mode
+    trains = mode in ("full", "lora", "qlora")
+    tp = 1 if single_gpu else layout.tensor_parallel
+    pp = 1 if single_gpu else layout.pipeline_parallel
+    dp = 1 if single_gpu else layout.data_parallel
+    per_gpu = tp * pp
+    s, b = setup.seq_len, layout.micro_batch
+    m = b * s
+    r = 0.0
+    if trains:
+        r = (1.0 if layout.grad_checkpointing else 0.0) if knobs.recompute is None else knobs.recompute
+    bwd = _backward_factor(mode) if trains else 0.0
+    bw = gpu.memory_bandwidth_gbps * 1e9 * HBM_EFFICIENCY
+    L, h = model.layers, model.hidden
+    f = model.intermediate * model.experts_per_token
+
+    # matmuls: the GEMMs are (m tokens) x (hidden / tp) wide
+    peak_mm = _peak(gpu, layout.precision, matmul=True)
+    eff = MAMF_EFFICIENCY.get(gpu.id, MAMF_DEFAULT)
+    eff *= m / (m + params.tokens_half) * (h / tp) / (h / tp + params.hidden_half)
+    mm_flops = 2.0 * matmul_params(model) * m * (1.0 + bwd + r) / per_gpu
+    t_mm = mm_flops / (peak_mm * eff)
+
+    # attention
+    attn_fwd = attention_flops_forward(model, s) * m / per_gpu
+    passes = 1.0 + (ATTN_BACKWARD_RATIO if trains else 0.0) + r
+    peak16 = _peak(gpu, layout.precision, matmul=False)
+    if layout.attention == "eager":
+        scores = model.heads * s * 2.0 * EAGER_SCORE_PASSES * L * m / per_gpu
+        matmuls = 1.0 + (2.0 if trains else 0.0) + r  # the two attention matmuls, backward 2x
+        t_attn = attn_fwd * matmuls / (peak16 * eff) + scores / bw
+    else:
+        rate = params.attn_hopper if _hopper_or_newer(gpu) else params.attn_ampere
+        if layout.attention == "flash-attention-3" and _hopper_or_newer(gpu):
+            rate *= 1.6  # FA3 on H100: ~1.5-2x FA2 (Shah et al. 2024, arXiv:2407.08608)
+        t_attn = attn_fwd * passes / (peak16 * rate * s / (s + ATTN_SEQ_HALF))
+
+    # memory-bound work; a forward is ~1/3 of forward + backward traffic
+    fwd_share = 1.0 / 3.0 if trains else 1.0
+    work = (fwd_share * (1.0 + r) + (1.0 - fwd_share)) if trains else 1.0
+    elem = params.elem_bytes * (h + f) * m * L * work / per_gpu
+    loss = params.loss_bytes * model.vocab * m * work / tp
+    dequant = 0.0
+    if mode == "qlora":
+        # every pass that multiplies by a frozen 4-bit weight unpacks it first
+        dequant = params.dequant_bytes * model.block_linear_params / per_gpu * (1.0 + bwd + r)
+    casts = 0.0
+    if layout.precision == "fp8":
+        # Transformer Engine casts each linear's input (forward) and output grad (backward) to
+        # fp8 (read 2 B, write 1 B) and each weight once per pass (3 B)
+        casts = 3.0 * (h + f) * 3.0 * m * L / per_gpu + 3.0 * model.block_linear_params / per_gpu * 2
+    t_mem = (elem + loss + dequant + casts) / bw
+
+    # The CPU launches kernels ahead of the GPU; its time per layer (Python, autograd, hooks)
+    # only shows when it exceeds the GPU's: small micro-batches of eager code are launch-bound.
+    t_gpu = t_mm + t_attn + t_mem
+    t_cpu = L / pp * params.layer_overhead_s * (1.0 + r / 3.0)
+    t_fw = max(0.0, t_cpu - t_gpu)
+
+    # data-parallel traffic per micro-batch (overlappable) and per optimizer step
+    tokens_per_step = knobs.tokens_per_step or DEFAULT_TOKENS_PER_STEP
+    accum = max(1.0, tokens_per_step / (m * dp))  # micro-batches per optimizer step per replica
+    trainable = trainable_params(model, setup) if trains else 0
+    total = model.total_params
+    weight_bytes = 2.0
+    if mode == "qlora":
+        # NF4 codes + constants for the block weights, 16-bit for the rest (QLoRA paper §2)
+        bits = NF4_DQ_BITS if setup.double_quant else NF4_BITS
+        frozen = model.block_linear_params
+        weight_bytes = (frozen * bits / 8 + (total - frozen) * 2.0) / total
+    per_node_dp = max(1, layout.gpus_per_node // tp)
+    nodes_dp = max(1, layout.nodes // pp)
+    sharded = layout.zero == 3 or layout.fsdp
+    ls = knobs.link_scale
+    comm_mb, comm_step = 0.0, 0.0
+    if not single_gpu and trains and dp > 1:
+        coll = lambda size, factor: _collective_seconds(size, factor, dp, per_node_dp, nodes_dp, layout, gpu, ls)  # noqa: E731
+        if sharded:
+            gather = coll(weight_bytes * total / per_gpu, 1.0)
+            comm_mb = 2 * gather + coll(GRAD_WIRE_BYTES["sharded"] * trainable / per_gpu, 1.0)
+        elif layout.zero == 2:
+            comm_mb = coll(GRAD_WIRE_BYTES["sharded"] * trainable / per_gpu, 1.0)
+            comm_step = coll(2.0 * trainable / per_gpu, 1.0)
+        else:
+            wire = GRAD_WIRE_BYTES["sharded" if layout.zero == 1 else "ddp"]
+            comm_step = coll(wire * trainable / per_gpu, 2.0)
+    host = _host_link_gbps(gpu) * 1e9 * LINK_EFFICIENCY["pcie"] * ls
+    if not single_gpu and layout.offload == "all":
+        # parameters stream from host memory for every forward and backward (FSDP CPU offload,
+        # ZeRO-3 offload_param); gradients go back
+        comm_mb += (2 * weight_bytes * total / per_gpu / dp + 2.0 * trainable / per_gpu / dp) / host
+
+    # tensor parallel: 2 all-reduces of the layer's activations forward, 2 backward, 2 more
+    # per recomputed forward (Megatron-LM, Narayanan et al. 2021 §3); not overlapped
+    t_tp = 0.0
+    if tp > 1:
+        act = m * h * 2.0
+        per_layer = (2.0 + (2.0 if trains else 0.0) + 2.0 * r)
+        t_tp = L / pp * per_layer * _collective_seconds(act, 2.0, tp, tp, 1, layout, gpu, ls)
+
+    # optimizer step, spread over the micro-batches of a step
+    opt_bytes = OPTIMIZER_BYTES.get(setup.optimizer, 38.0) * trainable / per_gpu
+    if sharded or layout.zero >= 1:
+        opt_bytes /= dp
+    t_opt = 0.0
+    t_offload_opt = 0.0
+    if trains:
+        if layout.offload in ("optimizer", "all") and not single_gpu:
+            shard = trainable / per_gpu / (dp if (sharded or layout.zero >= 1) else 1)
+            t_offload_opt = (shard * 4.0 / host  # grads down (fp32), params up (bf16)
+                             + shard * OPTIMIZER_BYTES["adamw"] / (HOST_OPTIMIZER_GBPS * 1e9)) / accum
+        else:
+            t_opt = opt_bytes / bw / accum
+    comm_mb += comm_step / accum
+
+    compute = t_mm + t_attn + t_mem + t_fw
+    if knobs.tp_overlap:
+        comm_mb, t_tp = comm_mb + t_tp, 0.0
+    hidden = max(compute, comm_mb) + (1.0 - params.overlap) * min(compute, comm_mb)
+    bubble = 1.0 + (pp - 1) / accum if pp > 1 else 1.0
+    total_t = (hidden + t_tp + t_opt + t_offload_opt) * bubble
+    return StepTime(matmul=t_mm, attention=t_attn, memory_bound=t_mem, framework=t_fw,
+                    comm_hidden_or_not=comm_mb, comm_exposed=t_tp + t_offload_opt, optimizer=t_opt,
+                    bubble_factor=bubble, total=total_t)
+
+
+def _rate(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpec, params: SpeedParams,
+          knobs: Knobs, *, single_gpu: bool = False) -> tuple[float, StepTime]:
+    st = step_time(model, setup, layout, gpu, params, knobs, single_gpu=single_gpu)
+    dp = 1 if single_gpu else layout.data_parallel
+    return dp * layout.micro_batch * setup.seq_len / st.total, st
+
+
+def throughput(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpec, *,
+               params: SpeedParams = FITTED, knobs: Knobs = Knobs()) -> Throughput:
+    """Tokens per second of the whole layout (low, typical, high), MFU and scaling efficiency.
+
+    What runs is read from the layout (micro-batch, precision, attention kernel, checkpointing,
+    ZeRO/FSDP/TP/PP, offload, link); the job (model, mode, sequence length, LoRA targets,
+    optimizer) from the setup.
+    """
+    if _peak(gpu, layout.precision, matmul=True) <= 0:
+        raise ValueError(f"{gpu.id} has no usable throughput figure for {layout.precision}")
+    typical, st = _rate(model, setup, layout, gpu, params, knobs)
+    slow, _ = _rate(model, setup, layout, gpu, params, replace(knobs, link_scale=knobs.link_scale * LINK_RANGE[0]))
+    fast, _ = _rate(model, setup, layout, gpu, params, replace(knobs, link_scale=knobs.link_scale * LINK_RANGE[1]))
+    low, high = slow * params.range_low, fast * params.range_high
+    n = layout.total_gpus
+    one, _ = _rate(model, setup, layout, gpu, params, knobs, single_gpu=True)
+    scaling = typical / (n * one)
+    scaling_range = (min(scaling, slow / (n * one)), max(scaling, fast / (n * one)))
+    model_flops = flops_per_token(model, setup, recompute=0.0)
+    mfu = model_flops * typical / n / _peak(gpu, layout.precision, matmul=True)
+    notes = _notes(setup, layout, gpu, st, typical, mfu, scaling, params)
+    return Throughput(tokens_per_second=(low, typical, high), mfu=mfu, scaling_efficiency=scaling,
+                      scaling_range=scaling_range, flops_per_token=model_flops, notes=tuple(notes), step=st)
+
+
+def _notes(setup: TrainingSetup, layout: Layout, gpu: GpuSpec, st: StepTime, rate: float, mfu: float,
+           scaling: float, params: SpeedParams) -> list[str]:
+    out = [f"speed model fitted to published runs (llm-foundry, torchtune, Qwen, Answer.AI): typical "
+           f"{rate:,.0f} tokens/s, MFU {mfu:.0%}; range x{params.range_low:.2f}-x{params.range_high:.2f} "
+           "from the fit's spread and the link bandwidth"]
+    parts = {"matmuls": st.matmul, "attention": st.attention, "memory-bound work": st.memory_bound,
+             "framework overhead": st.framework}
+    total = st.total / st.bubble_factor
+    comm_shown = st.total - (st.compute + st.optimizer) if st.total > 0 else 0.0
+    share = ", ".join(f"{k} {v / total:.0%}" for k, v in parts.items() if v / total >= 0.05)
+    if comm_shown / st.total >= 0.05:
+        share += f", communication not hidden {comm_shown / st.total:.0%}"
+    out.append(f"step time: {share}")
+    if layout.grad_checkpointing and setup.mode != "inference":
+        out.append("gradient checkpointing recomputes the forward in backward (priced in the step time)")
+    if setup.mode == "qlora":
+        out.append("QLoRA unpacks each 4-bit weight for every pass (priced per weight per micro-batch)")
+    if layout.precision == "fp8":
+        out.append("fp8 on the linear layers (Transformer Engine-style), attention in bf16")
+    if layout.total_gpus > 1:
+        link = {"nvlink": "NVLink", "pcie": "PCIe", "pcie-no-p2p": "PCIe without peer-to-peer"}[layout.link]
+        out.append(f"scaling efficiency {scaling:.0%} on {layout.total_gpus} GPUs ({link}"
+                   + (f", {layout.fabric_gbps:g} Gb/s between nodes" if layout.nodes > 1 and layout.fabric_gbps else "")
+                   + ")")
+    return out
 
 
 def training_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpec,
-                  tokens: float) -> TrainingTime:
-    """Hours to process `tokens` training tokens on `layout` (all its GPUs)."""
-    assumptions: list[str] = []
-    fpt = flops_per_token(model, setup)
-    peak = _peak_tflops(gpu, setup) * 1e12
-    if peak <= 0:
-        raise ValueError(f"{gpu.id} has no usable throughput figure for {setup.precision}")
-    mfu_low, mfu_mid, mfu_high = MFU_PRIOR[gpu.gpu_class]
-    factor = VENDOR_FACTOR.get(gpu.vendor, 1.0)
-    if factor != 1.0:
-        assumptions.append(f"{gpu.vendor} MFU scaled x{factor} (matmul efficiency vs NVIDIA)")
-    q_low, q_mid, q_high = QLORA_SPEED if setup.mode == "qlora" else (1.0, 1.0, 1.0)
-    if setup.mode == "qlora":
-        assumptions.append(f"QLoRA dequantisation: x{q_mid} throughput ({q_low}-{q_high}, LitGPT tables)")
-    if setup.precision == "fp8":
-        assumptions.append("fp8: no speed-up over bf16 assumed")
-    n = layout.total_gpus
+                  tokens: float, *, knobs: Knobs = Knobs()) -> TrainingTime:
+    """Hours to process `tokens` training tokens on `layout` (all its GPUs).
 
-    def rate(mfu: float, scaling: float, q: float) -> float:
-        return n * peak * mfu * factor * scaling * q / fpt  # tokens per second
+    hours_low comes from the optimistic rate, hours_high from the pessimistic one.
+    """
+    tp = throughput(model, setup, layout, gpu, knobs=knobs)
+    low, typical, high = tp.tokens_per_second
+    return TrainingTime(hours_low=tokens / high / 3600, hours=tokens / typical / 3600,
+                        hours_high=tokens / low / 3600, flops_per_token=tp.flops_per_token,
+                        tokens_per_second=typical, assumptions=list(tp.notes), throughput=tp)
 
-    fast = rate(mfu_high, layout.scaling_high, q_high)
-    typical = rate(mfu_mid, layout.scaling_efficiency, q_mid)
-    slow = rate(mfu_low, layout.scaling_low, q_low)
-    assumptions.append(
-        f"{fpt / model.active_params:.1f} FLOPs/param/token, MFU {mfu_mid:.0%} ({mfu_low:.0%}-{mfu_high:.0%}) "
-        f"of {peak / 1e12:.0f} TFLOPS x {n}, scaling {layout.scaling_efficiency:.0%}"
-    )
-    return TrainingTime(
-        hours_low=tokens / fast / 3600, hours=tokens / typical / 3600, hours_high=tokens / slow / 3600,
-        flops_per_token=fpt, tokens_per_second=typical, assumptions=assumptions,
-    )
+
+# Memory-bound decoding: each new token reads every weight once; a well-tuned server reaches
+# ~60 % of peak bandwidth (vLLM/TGI-class kernels; a prior, not a measurement).
+DECODE_BANDWIDTH_EFFICIENCY = 0.6
 
 
 def decode_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpec,
@@ -127,3 +480,4 @@ def decode_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: Gpu
     return TrainingTime(hours_low=tokens / (rate * 1.3) / 3600, hours=tokens / rate / 3600,
                         hours_high=tokens / (rate * 0.6) / 3600, flops_per_token=flops_per_token(model, setup),
                         tokens_per_second=rate, assumptions=[note])
+

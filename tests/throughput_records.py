@@ -1,0 +1,196 @@
+"""Published throughput measurements (tests/data/throughput-measurements.json) as rentopt inputs.
+
+Each record states, in its own words, the model, GPU, parallelism, interconnect, micro-batch,
+sequence length, checkpointing and what was measured. The rules below translate those words
+into a ModelSpec, a TrainingSetup, a Layout and the run facts a Layout does not carry
+(tokens per optimizer step, selective recomputation), with generic keyword rules: no record
+is special-cased by id. Used by tests/test_timing_calibration.py and tools/fit_throughput.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from rentopt.optimizer.feasibility import PCIE_X16_GBPS
+from rentopt.optimizer.hardware import get_gpu
+from rentopt.optimizer.models import GpuSpec, Layout, ModelSpec, TrainingSetup
+from rentopt.optimizer.timing import Knobs
+
+DATA = Path(__file__).parent / "data" / "throughput-measurements.json"
+
+# Sources kept out of the fit (tools/fit_throughput.py never sees them): they test the model on
+# frameworks, GPUs and parallel layouts it was not tuned on (Megatron TP/PP on H100 clusters,
+# torchtitan FSDP2 on 64 A100, Answer.AI's cloud table: A5000/RTX 6000 Ada over PCIe, A100/H100).
+# Answer.AI's dual-3090 rig is held out too: its link is only described as "slow PCI lanes" on an
+# older motherboard, so it cannot set the link or overlap constants.
+HELD_OUT_FAMILIES = ("nvidia-megatron-lm", "pytorch-torchtitan")
+HELD_OUT_ID_PREFIXES = ("aai-a5000", "aai-6000ada", "aai-a100", "aai-h100", "aai-3090")
+
+# Multi-node records that do not state the fabric: the standard configuration of the system
+# (DGX A100: 8 x 200 Gb/s HDR; DGX H100: 8 x 400 Gb/s NDR), per node.
+ASSUMED_FABRIC_GBPS = {"Ampere": 1600.0, "Hopper": 3200.0}
+
+
+def load_records() -> list[dict]:
+    return json.loads(DATA.read_text(encoding="utf-8"))
+
+
+def rate_records() -> list[dict]:
+    return [r for r in load_records() if r["kind"] == "measured"]
+
+
+def held_out(r: dict) -> bool:
+    return r["source_family"] in HELD_OUT_FAMILIES or r["id"].startswith(HELD_OUT_ID_PREFIXES)
+
+
+def excluded(r: dict) -> str | None:
+    """Why a record cannot be compared at all (printed, not scored), or None."""
+    gpu = r["gpu"].lower()
+    if "a6000" in gpu and "ada" not in gpu and r.get("tokens_per_s_per_gpu"):
+        g = get_gpu("RTX-A6000-48GB")
+        factor = 6 if r["mode"] in ("full", "pretrain") else 4
+        implied = factor * r["params_b"] * 1e9 * r["tokens_per_s_per_gpu"] / 1e12
+        if implied > 0.75 * (g.bf16_tflops or 0):
+            return (f"implies {implied:.0f} TFLOPS on a {g.bf16_tflops:g}-TFLOPS Ampere RTX A6000 "
+                    "(the record itself says the card was probably an RTX 6000 Ada)")
+    return None
+
+
+def record_model(r: dict) -> ModelSpec:
+    """The record's architecture; MLP gating and embedding tying are chosen by the combination
+    whose parameter count reproduces the published total."""
+    base = dict(name=r["model"], layers=r["layers"], hidden=r["hidden"], heads=r["heads"],
+                kv_heads=r["kv_heads"] or r["heads"], intermediate=r["intermediate"], vocab=r["vocab"])
+    target = r["params_b"] * 1e9
+    candidates = [ModelSpec(**base, mlp_gated=g, tied_embeddings=t) for g in (True, False) for t in (False, True)]
+    best = min(candidates, key=lambda m: abs(m.computed_params - target))
+    return best.model_copy(update={"params": int(target)})
+
+
+def record_gpu(r: dict) -> GpuSpec:
+    g = r["gpu"]
+    for key, gid in (("H100", "H100-SXM-80GB"), ("4090", "RTX-4090-24GB"), ("3090", "RTX-3090-24GB"),
+                     ("A5000", "RTX-A5000-24GB"), ("6000 Ada", "RTX-6000-Ada-48GB"), ("A6000", "RTX-A6000-48GB")):
+        if key in g:
+            return get_gpu(gid)
+    if "A100" in g:
+        return get_gpu("A100-SXM4-40GB" if "40" in g.split("A100", 1)[1][:8] else "A100-SXM4-80GB")
+    raise ValueError(f"no GPU rule for {g!r}")
+
+
+def _mode(r: dict) -> str:
+    return "full" if r["mode"] == "pretrain" else r["mode"]
+
+
+def _targets(r: dict) -> str:
+    t = (r.get("lora_targets") or "").lower()
+    if not t or "c_attn" in t or "all" in t and "gate" not in t:
+        return "all-linear"
+    names = {"q": ("q_proj", "q,", "q "), "k": ("k_proj",), "v": ("v_proj", ",v", "v ("), "o": ("o_proj", "output_proj"),
+             "gate": ("gate",), "up": ("up_proj",), "down": ("down",)}
+    found = [n for n, keys in names.items() if any(k in t + " " for k in keys)]
+    return ",".join(found) or "all-linear"
+
+
+def _grad_checkpointing(r: dict) -> bool:
+    if r["grad_checkpointing"] is not None:
+        return bool(r["grad_checkpointing"])
+    # Megatron's benchmark runs selective (attention-core) recompute, which FlashAttention makes
+    # free; torchtune's and Qwen's recipes turn checkpointing on by default.
+    return r["source_family"] != "nvidia-megatron-lm"
+
+
+def _optimizer(r: dict) -> tuple[str, bool]:
+    opt = (r.get("optimizer") or "").lower()
+    if "paged" in opt:
+        return "paged-adamw", False
+    if "8bit" in opt or "8-bit" in opt:
+        return "adamw-8bit", False
+    return "adamw", "backward" in opt
+
+
+def record_setup(r: dict) -> TrainingSetup:
+    mode = _mode(r)
+    optimizer, in_backward = _optimizer(r)
+    kw = dict(mode=mode, seq_len=r["seq_len"] or 2048, micro_batch=r["micro_batch"] or 1, gpus=r["num_gpus"] or 1,
+              grad_checkpointing=_grad_checkpointing(r), flash_attention=r["flash_attention"] is not False,
+              precision="fp8" if "fp8" in r["precision"].lower() else "bf16-mixed",
+              optimizer=optimizer, optimizer_in_backward=in_backward)
+    if mode in ("lora", "qlora"):
+        kw["lora_rank"] = r["lora_rank"] or 16
+        kw["lora_targets"] = _targets(r)
+    return TrainingSetup(**kw)
+
+
+def _parallel(r: dict) -> dict:
+    p = r["parallelism"].lower()
+    out = dict(zero=0, fsdp=False, tensor_parallel=1, pipeline_parallel=1, offload="none", strategy="ddp")
+    if m := re.search(r"tp=(\d+),\s*pp=(\d+)", p):
+        out.update(tensor_parallel=int(m[1]), pipeline_parallel=int(m[2]), zero=1, strategy="tp+pp")
+    elif "shard_grad_op" in p or "zero2" in p:
+        out.update(zero=2, strategy="zero2")
+    elif "full_shard" in p or "zero3" in p or p.startswith("fsdp"):
+        out.update(fsdp="zero3" not in p, zero=3 if "zero3" in p else 0, strategy="fsdp")
+    elif "single" in p:
+        out.update(strategy="single")
+    offload_marked = "**" in r["quote"] and "cpu offload" in (r.get("notes") or "").lower()
+    if "cpu offload" in p or offload_marked:
+        out["offload"] = "all"
+    return out
+
+
+def record_layout(r: dict, setup: TrainingSetup, gpu: GpuSpec) -> Layout:
+    n = r["num_gpus"] or 1
+    nodes = r["num_nodes"] or 1
+    text = (r["interconnect"] or "").lower()
+    if gpu.form_factor == "SXM":
+        link, gbps = "nvlink", gpu.nvlink_gbps
+    elif gpu.gpu_class == "consumer" or "no p2p" in text:
+        link, gbps = "pcie-no-p2p", PCIE_X16_GBPS[gpu.pcie_gen or 4]
+    else:
+        link, gbps = "pcie", PCIE_X16_GBPS[gpu.pcie_gen or 4]
+    fabric = None
+    if nodes > 1:
+        if m := re.search(r"(\d+)\s*gbps", text):
+            fabric = float(m[1])
+        else:
+            fabric = ASSUMED_FABRIC_GBPS["Hopper" if "Hopper" in gpu.architecture else "Ampere"]
+    par = _parallel(r)
+    attention = "flash-attention-2" if setup.flash_attention else "eager"
+    if "megatron" in r["framework"].lower() and "Hopper" in gpu.architecture:
+        # Megatron-Core runs Transformer Engine's fused (cuDNN) attention, Hopper-native like FA3
+        attention = "flash-attention-3"
+    return Layout(gpu=gpu.id, gpus_per_node=n // nodes, nodes=nodes, micro_batch=setup.micro_batch,
+                  grad_checkpointing=setup.grad_checkpointing, precision=setup.precision,
+                  attention=attention,
+                  link=link, link_gbps=gbps, fabric_gbps=fabric, required_gb_per_gpu=0.0,
+                  gpu_memory_gb=gpu.memory_gb, **par)
+
+
+def record_knobs(r: dict, setup: TrainingSetup, layout: Layout) -> Knobs:
+    """Tokens per optimizer step and selective recomputation, from the record's words."""
+    per_replica = setup.micro_batch * setup.seq_len
+    measured = r.get("measured") or {}
+    unit = (r.get("global_batch_unit") or "").lower()
+    if measured.get("grad_accum"):
+        tokens = per_replica * layout.data_parallel * measured["grad_accum"]
+    elif r.get("global_batch") and "sequences" in unit:
+        tokens = r["global_batch"] * setup.seq_len
+    else:
+        tokens = per_replica * layout.data_parallel  # no accumulation stated: one micro-batch per step
+    recompute = None
+    ac = str(measured.get("activation_checkpointing", "")).lower()
+    if "selective" in ac:
+        # torchtitan: 'selective layer' checkpoints every second block; 'selective op' saves the
+        # matmul outputs except every second one: either way about half the forward is rerun.
+        recompute = 0.5
+    return Knobs(tokens_per_step=tokens, recompute=recompute, tp_overlap="tp-comm-overlap" in r["parallelism"])
+
+
+def translate(r: dict) -> tuple[ModelSpec, TrainingSetup, Layout, GpuSpec, Knobs]:
+    gpu = record_gpu(r)
+    model, setup = record_model(r), record_setup(r)
+    layout = record_layout(r, setup, gpu)
+    return model, setup, layout, gpu, record_knobs(r, setup, layout)

@@ -47,15 +47,21 @@ def held_out(r: dict) -> bool:
 
 def excluded(r: dict) -> str | None:
     """Why a record cannot be compared at all (printed, not scored), or None."""
-    gpu = r["gpu"].lower()
-    if "a6000" in gpu and "ada" not in gpu and r.get("tokens_per_s_per_gpu"):
+    if r["gpu"].startswith("A6000") and r.get("tokens_per_s_per_gpu"):  # "A6000" as written, no generation
         g = get_gpu("RTX-A6000-48GB")
         factor = 6 if r["mode"] in ("full", "pretrain") else 4
         implied = factor * r["params_b"] * 1e9 * r["tokens_per_s_per_gpu"] / 1e12
         if implied > 0.75 * (g.bf16_tflops or 0):
             return (f"implies {implied:.0f} TFLOPS on a {g.bf16_tflops:g}-TFLOPS Ampere RTX A6000 "
                     "(the record itself says the card was probably an RTX 6000 Ada)")
+    if _unknown_length(r):
+        return "unpacked batches padded to each batch's longest sample: the real tokens per micro-batch are not stated"
     return None
+
+
+def _unknown_length(r: dict) -> bool:
+    notes = (r.get("notes") or "").lower()
+    return r.get("packing") is False and "pads to the batch max" in notes
 
 
 def record_model(r: dict) -> ModelSpec:
@@ -70,7 +76,7 @@ def record_model(r: dict) -> ModelSpec:
 
 
 def record_gpu(r: dict) -> GpuSpec:
-    g = r["gpu"]
+    g = r["gpu"].split("(")[0]  # the name as written, not the record's commentary
     for key, gid in (("H100", "H100-SXM-80GB"), ("4090", "RTX-4090-24GB"), ("3090", "RTX-3090-24GB"),
                      ("A5000", "RTX-A5000-24GB"), ("6000 Ada", "RTX-6000-Ada-48GB"), ("A6000", "RTX-A6000-48GB")):
         if key in g:

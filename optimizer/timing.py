@@ -203,7 +203,7 @@ def flops_per_token(model: ModelSpec, setup: TrainingSetup, *, recompute: float 
     ...               vocab=32000, params=6_738_415_616)
     >>> full = flops_per_token(m, TrainingSetup(mode="full", grad_checkpointing=False, seq_len=2048))
     >>> round(full / m.active_params, 2)  # 6N (embedding lookups excluded) plus causal attention
-    6.18
+    6.12
     """
     forward = 2.0 * matmul_params(model) + attention_flops_forward(model, setup.seq_len)
     if setup.mode == "inference":

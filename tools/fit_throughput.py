@@ -24,11 +24,10 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-import throughput_records as tr  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rentopt.optimizer.timing import FITTED, SpeedParams, step_time, throughput  # noqa: E402
+from tests import throughput_records as tr  # noqa: E402
 
 FREE = ("tokens_half", "hidden_half", "attn_ampere", "attn_hopper", "elem_bytes", "loss_bytes",
         "dequant_bytes", "layer_overhead_s", "overlap")

@@ -136,9 +136,17 @@ def _workload(kw: dict[str, Any]) -> tuple[Any, Any]:
 
 @cli.command("estimate")
 @workload_options
+@click.option("--gpu", "gpu_name", metavar="GPU",
+              help="Also estimate speed on this GPU (catalog id or alias, e.g. RTX-4090-24GB, 'A100 80GB'), "
+                   "on --gpus of them in total.")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Spread --gpus over this many nodes (needs --fabric-gbps when more than 1).")
+@click.option("--fabric-gbps", type=click.FloatRange(min=0, min_open=True), metavar="GBPS",
+              help="InfiniBand/RoCE bandwidth per node in Gb/s for --nodes > 1 (e.g. 400, 1600, 3200).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def estimate_command(fmt: str, **kw: Any) -> None:
-    """Memory per GPU for a training (or inference) job, and which GPUs can hold it.
+def estimate_command(fmt: str, gpu_name: str | None, nodes: int, fabric_gbps: float | None, **kw: Any) -> None:
+    """Memory per GPU for a training (or inference) job, which GPUs can hold it, and (with --gpu)
+    how fast it runs there.
 
     \b
     Examples:
@@ -146,27 +154,42 @@ def estimate_command(fmt: str, **kw: Any) -> None:
       rentopt estimate --model 7b --mode full --gpus 8 --zero 3 --format json
       rentopt estimate --model llama-3.1-70b --mode qlora --seq-len 4096
       rentopt estimate --model ./config.json --mode inference --quant nf4 --seq-len 32768
+      rentopt estimate --model 7b --mode qlora --gpu RTX-4090-24GB --gpus 2 --micro-batch 4
+      rentopt estimate --model 70b --mode full --gpu H100-SXM-80GB --gpus 32 --nodes 4 --fabric-gbps 3200
 
     The breakdown is the usual training-memory accounting (weights, gradients, optimizer state,
     activations, overhead; Hugging Face, huggingface.co/docs/transformers/model_memory_anatomy).
     Three totals, because published numbers measure different things: allocated (PyTorch's
     max_memory_allocated), reserved (caching allocator) and device (nvidia-smi); "required"
     adds the safety margin and is what rentopt compares with a card's memory. GB = 1e9 bytes.
+
+    With --gpu, rentopt picks the cheapest layout that holds the job on that node shape (SXM/OAM
+    parts NVLinked, other cards on PCIe) and reports tokens per second for all GPUs together
+    (low, typical, high), MFU and scaling efficiency, from a speed model fitted to published runs
+    (MosaicML llm-foundry, torchtune, Qwen, Answer.AI fsdp_qlora, LitGPT).
     """
-    from rentopt.optimizer.feasibility import classes_that_fit
-    from rentopt.optimizer.hardware import all_gpus
+    from rentopt.optimizer.feasibility import Pins, classes_that_fit
+    from rentopt.optimizer.hardware import all_gpus, resolve_user_gpu
     from rentopt.optimizer.memory import estimate
     from rentopt.optimizer.render import estimate_json, estimate_table
+    from rentopt.optimizer.timing import layout_speed
 
     model, setup = _workload(kw)
     est = estimate(model, setup)
+    speed = None
+    if gpu_name is not None:
+        pins = Pins(zero=kw["zero"], fsdp=kw["fsdp"] or None, tensor_parallel=kw["tensor_parallel"],
+                    offload=kw["offload"])
+        speed = layout_speed(model, setup, resolve_user_gpu(gpu_name), kw["gpus"] or 1, nodes, fabric_gbps, pins)
+    elif nodes > 1 or fabric_gbps is not None:
+        fail("--nodes and --fabric-gbps describe the node shape of --gpu: pass --gpu too", 2)
     gpus = all_gpus()
     fits = classes_that_fit(model, setup, gpus)
     classes = {g.id: g.gpu_class for g in gpus}
     if fmt == "json":
-        click.echo(estimate_json(est, fits, classes))
+        click.echo(estimate_json(est, fits, classes, speed))
     else:
-        click.echo(estimate_table(model, setup, est, fits, classes))
+        click.echo(estimate_table(model, setup, est, fits, classes, speed))
 
 
 def _tokens_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:

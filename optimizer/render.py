@@ -14,6 +14,7 @@ from typing import Any
 from rentopt.optimizer.feasibility import Fit
 from rentopt.optimizer.models import MemoryEstimate, ModelSpec, Plan, PlanStage, Quote, TrainingSetup
 from rentopt.optimizer.offers_io import age_words
+from rentopt.optimizer.timing import LayoutSpeed
 
 CLASS_ORDER = ("datacenter", "workstation", "consumer")
 
@@ -58,7 +59,7 @@ def fits_summary(fits: dict[int, list[Fit]], classes: dict[str, str]) -> list[li
 
 
 def estimate_table(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
-                   fits: dict[int, list[Fit]], classes: dict[str, str]) -> str:
+                   fits: dict[int, list[Fit]], classes: dict[str, str], speed: LayoutSpeed | None = None) -> str:
     from tabulate import tabulate
 
     b = est.breakdown_gb
@@ -91,12 +92,59 @@ def estimate_table(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
     lines.append("(`rentopt gpus` lists the catalog; PCIe assumed unless SXM/OAM parts with NVLink):")
     lines.append(tabulate(fits_summary(fits, classes), headers=["GPUs", *CLASS_ORDER], disable_numparse=True))
     lines.append("")
+    if speed is not None:
+        lines += speed_section(speed) + [""]
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in est.assumptions]
     return "\n".join(lines)
 
 
-def estimate_json(est: MemoryEstimate, fits: dict[int, list[Fit]], classes: dict[str, str]) -> str:
+def speed_section(speed: LayoutSpeed) -> list[str]:
+    """The `estimate --gpu` speed block: layout, tokens/s range, MFU, scaling and what it assumes."""
+    if speed.throughput is None or speed.layout is None:
+        return [f"Speed: no layout holds the job on this node shape: {speed.rejected}"]
+    lay, t = speed.layout, speed.throughput
+    low, typical, high = t.tokens_per_second
+    where = f"{lay.total_gpus} x {lay.gpu}" + (f" over {lay.nodes} nodes" if lay.nodes > 1 else "")
+    lines = [f"Speed on {where} ({lay.strategy}, micro-batch {lay.micro_batch}, "
+             f"{'checkpointing' if lay.grad_checkpointing else 'no checkpointing'}):"]
+    rows = [["tokens/s, all GPUs", f"{typical:,.0f}", f"{low:,.0f} - {high:,.0f}"],
+            ["MFU per GPU", f"{t.mfu:.0%}", ""],
+            ["scaling efficiency", f"{t.scaling_efficiency:.0%}",
+             f"{t.scaling_range[0]:.0%} - {t.scaling_range[1]:.0%}" if lay.total_gpus > 1 else ""]]
+    from tabulate import tabulate
+
+    lines.append(tabulate(rows, headers=["", "typical", "range"], disable_numparse=True))
+    if lay.total_gpus > 1 and t.scaling_efficiency < 0.70:
+        lines.append(f"warning: scaling efficiency {t.scaling_efficiency:.0%} is below 70 %: the link, not the "
+                     "GPUs, sets the pace (a network bottleneck)")
+    lines += [f"  - {a}" for a in (*speed.assumed, *t.notes)]
+    return lines
+
+
+def speed_json(speed: LayoutSpeed) -> dict | None:
+    """The `throughput` object of `estimate --gpu --format json` (None when no layout fits)."""
+    if speed.throughput is None or speed.layout is None:
+        return None
+    lay, t = speed.layout, speed.throughput
+    low, typical, high = t.tokens_per_second
+    return {
+        "tokens_per_second": {"low": round(low, 1), "typical": round(typical, 1), "high": round(high, 1)},
+        "mfu": round(t.mfu, 4),
+        "scaling_efficiency": round(t.scaling_efficiency, 4),
+        "scaling_range": {"low": round(t.scaling_range[0], 4), "high": round(t.scaling_range[1], 4)},
+        "flops_per_token": t.flops_per_token,
+        "layout": lay.model_dump(mode="json", include={
+            "gpu", "gpus_per_node", "nodes", "strategy", "zero", "fsdp", "tensor_parallel", "pipeline_parallel",
+            "offload", "micro_batch", "grad_checkpointing", "precision", "attention", "link", "link_gbps",
+            "fabric_gbps"}),
+        "assumed": list(speed.assumed),
+        "notes": list(t.notes),
+    }
+
+
+def estimate_json(est: MemoryEstimate, fits: dict[int, list[Fit]], classes: dict[str, str],
+                  speed: LayoutSpeed | None = None) -> str:
     data = est.model_dump(mode="json")
     data["fits"] = {
         str(n): [{"gpu": f.layout.gpu, "class": classes[f.layout.gpu], "layout": f.layout.strategy,
@@ -104,6 +152,10 @@ def estimate_json(est: MemoryEstimate, fits: dict[int, list[Fit]], classes: dict
                  for f in found]
         for n, found in fits.items()
     }
+    if speed is not None:
+        data["throughput"] = speed_json(speed)
+        if speed.rejected:
+            data["throughput_rejected"] = speed.rejected
     return json.dumps(data, indent=2)
 
 

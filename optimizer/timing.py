@@ -490,3 +490,56 @@ def decode_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: Gpu
                         hours_high=tokens / (rate * 0.6) / 3600, flops_per_token=flops_per_token(model, setup),
                         tokens_per_second=rate, assumptions=[note])
 
+
+
+# --- `rentopt estimate --gpu`: the speed model on its own --------------------------------------
+
+
+@dataclass(frozen=True)
+class LayoutSpeed:
+    """What `rentopt estimate --gpu ID --gpus N [--nodes M]` reports: the layout that holds the job
+    on that node shape and its throughput, or why none fits; plus what was assumed about links."""
+
+    layout: Layout | None
+    throughput: Throughput | None
+    rejected: str | None
+    assumed: tuple[str, ...]
+
+
+def node_link(gpu: GpuSpec) -> str:
+    """How GPUs of one node talk when the offer does not say: SXM/OAM datacenter parts sit on an
+    NVLink/NVSwitch (or Infinity Fabric) board; every other card talks over PCIe."""
+    return "nvlink" if gpu.form_factor in ("SXM", "OAM") and gpu.has_nvlink else "pcie"
+
+
+def layout_speed(model: ModelSpec, setup: TrainingSetup, gpu: GpuSpec, gpus: int, nodes: int = 1,
+                 fabric_gbps: float | None = None, pins: object | None = None) -> LayoutSpeed:
+    """The cheapest layout (feasibility's ladder) of `gpus` x `gpu` over `nodes` nodes and its speed.
+
+    Across nodes an InfiniBand fabric of `fabric_gbps` per node is assumed only when given;
+    the caller must ask for it (without it feasibility rejects multi-node training).
+    """
+    from rentopt.optimizer.errors import InputError
+    from rentopt.optimizer.feasibility import Fit, NodeShape, Pins, find_layout
+
+    if nodes < 1 or gpus < nodes or gpus % nodes:
+        raise InputError(f"--gpus {gpus} cannot be spread evenly over --nodes {nodes}")
+    per_node = gpus // nodes
+    if per_node > gpu.max_gpus_per_node:
+        raise InputError(f"{gpu.id} comes at most {gpu.max_gpus_per_node} per node; "
+                         f"use --nodes to spread {gpus} GPUs")
+    link = node_link(gpu)
+    assumed = [f"{per_node} x {gpu.id} per node talk over "
+               + ("NVLink (SXM/OAM board)" if link == "nvlink" else
+                  "PCIe without peer-to-peer (GeForce)" if gpu.peer_to_peer_disabled else "PCIe")]
+    if nodes > 1:
+        if not fabric_gbps:
+            raise InputError("training across nodes needs the fabric's speed: pass --fabric-gbps "
+                             "(InfiniBand/RoCE per node, e.g. 3200 for 8 x 400G)")
+        assumed.append(f"{nodes} nodes joined by InfiniBand at {fabric_gbps:g} Gb/s per node (--fabric-gbps)")
+    shape = NodeShape(gpu=gpu, gpus_per_node=per_node, nodes=nodes, interconnect=link,  # type: ignore[arg-type]
+                      fabric="infiniband" if nodes > 1 else None, fabric_gbps=fabric_gbps if nodes > 1 else None)
+    found = find_layout(model, setup, shape, pins=pins if isinstance(pins, Pins) else Pins())
+    if not isinstance(found, Fit):
+        return LayoutSpeed(None, None, found.reason, tuple(assumed))
+    return LayoutSpeed(found.layout, throughput(model, setup, found.layout, gpu), None, tuple(assumed))

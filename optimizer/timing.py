@@ -375,7 +375,6 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
         opt_bytes /= dp
     t_opt = 0.0
     t_offload_opt = 0.0
-    host = _host_link_gbps(gpu) * 1e9 * LINK_EFFICIENCY["pcie"] * ls
     if trains:
         if setup.optimizer == "paged-adamw":
             # paged optimizer states are used because they do not fit: they live in host memory
@@ -423,8 +422,11 @@ def throughput(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuS
     low, high = slow * params.range_low, fast * params.range_high
     n = layout.total_gpus
     one, _ = _rate(model, setup, layout, gpu, params, knobs, single_gpu=True)
-    scaling = typical / (n * one)
-    scaling_range = (min(scaling, slow / (n * one)), max(scaling, fast / (n * one)))
+    if n == 1:  # one GPU scales perfectly by definition; offload, if any, is in its rate
+        scaling, scaling_range = 1.0, (1.0, 1.0)
+    else:
+        scaling = typical / (n * one)
+        scaling_range = (min(scaling, slow / (n * one)), max(scaling, fast / (n * one)))
     model_flops = flops_per_token(model, setup, recompute=0.0)
     mfu = model_flops * typical / n / _peak(gpu, layout.precision, matmul=True)
     notes = _notes(setup, layout, gpu, st, typical, mfu, scaling, params)

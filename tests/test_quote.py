@@ -327,10 +327,11 @@ def test_measured_peak_replans_on_bigger_cards(tmp_path):
     assert plan_stage(base["a6000"], "train")["layout"] == "single"
     measured = quote_json(*args, "--measured-peak-gb", "47")
     by_offer = {plan_stage(p, "train")["offer_id"]: p for p in measured["plans"]}
-    # 47 GB measured: the 48 GB card holds the job only with CPU offload, which does far less work
-    # in the same 10 days, so per token the 80 GB card comes first.
+    # 47 GB measured: the 48 GB card holds the job only with CPU offload, which is slower, so in
+    # the same 10 days it does less work; the 80 GB card's plan is unchanged.
     assert plan_stage(by_offer["a6000"], "train")["layout"].endswith("offload-all")
-    assert [plan_stage(p, "train")["offer_id"] for p in measured["plans"]] == ["a100", "a6000"]
+    assert Decimal(by_offer["a6000"]["tokens"]) < Decimal(base["a6000"]["tokens"])
+    assert by_offer["a100"]["tokens"] == base["a100"]["tokens"]
     assert any("measured validation peak 47" in a for a in measured["assumptions"])
 
 

@@ -66,7 +66,7 @@ from rentopt.optimizer.models import (
     TrainingSetup,
     Work,
 )
-from rentopt.optimizer.timing import training_time
+from rentopt.optimizer.timing import throughput
 
 HOUR = Decimal(3600)
 
@@ -300,12 +300,11 @@ class Speed:
         return replace(self, low=self.low * factor, typical=self.typical * factor, high=self.high * factor)
 
 
-def layout_speed(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpec) -> Speed:
+def speed_of(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpec) -> Speed:
     """The speed model (timing.py) for one layout, as a tokens/s range."""
-    probe = 1e9
-    t = training_time(model, setup, layout, gpu, probe)
-    rate = lambda hours: probe / (hours * 3600)  # noqa: E731
-    return Speed(rate(t.hours_high), rate(t.hours), rate(t.hours_low), layout.scaling_efficiency, tuple(t.assumptions))
+    t = throughput(model, setup, layout, gpu)
+    low, typical, high = t.tokens_per_second
+    return Speed(low, typical, high, t.scaling_efficiency, t.notes)
 
 
 def _reference_shape(ref: Reference) -> NodeShape:
@@ -353,7 +352,7 @@ def work_plan(req: QuoteRequest, prep: _Prepared) -> WorkPlan:
             fit = find_layout(req.model, req.setup, _reference_shape(ref), pins=req.pins)
             if isinstance(fit, NoFit):
                 raise InputError(f"--measured-on {ref.text}: the job does not fit there ({fit.reason})")
-        modelled = layout_speed(req.model, req.setup, fit.layout, get_gpu(ref.gpu)).typical
+        modelled = speed_of(req.model, req.setup, fit.layout, get_gpu(ref.gpu)).typical
         calibration = req.measured_tokens_per_second / modelled
         notes.append(f"speeds calibrated to the measured {req.measured_tokens_per_second:g} tokens/s on {ref.text} "
                      f"(the model said {modelled:,.0f}): every layout's rate x{calibration:.2f}")
@@ -373,7 +372,7 @@ def work_plan(req: QuoteRequest, prep: _Prepared) -> WorkPlan:
     else:
         ref, fit = default_reference(req.model, req.setup, req.pins)
         where = f"{ref.text} (the fewest {REFERENCE_GPU} that hold the job)"
-    speed = layout_speed(req.model, req.setup, fit.layout, get_gpu(ref.gpu)).scaled(calibration)
+    speed = speed_of(req.model, req.setup, fit.layout, get_gpu(ref.gpu)).scaled(calibration)
     if req.measured_tokens_per_second is not None and measured_on == ref:
         speed = replace(speed, typical=req.measured_tokens_per_second)
     assert req.days is not None
@@ -500,7 +499,7 @@ class _Planner:
     def speed(self, fit: Fit, gpu: GpuSpec, key: tuple) -> Speed:
         found = self._speeds.get(key)
         if found is None:
-            found = layout_speed(self.req.model, self.req.setup, fit.layout, gpu).scaled(self.work.calibration)
+            found = speed_of(self.req.model, self.req.setup, fit.layout, gpu).scaled(self.work.calibration)
             self._speeds[key] = found
         return found
 

@@ -377,6 +377,33 @@ def test_markdown_output_names_the_job(tmp_path):
     assert "llama-2-13b, lora" in out and "work: --tokens" in out
 
 
+def test_markdown_makes_offer_text_inert(tmp_path):
+    nasty = offer("<script>x</script>|[a](javascript:b)", hourly="0.49", gpus=1, provider="p`q", **A6000)
+    code, out, _ = quote("--model", "13b", "--mode", "lora", "--tokens", "3e8", "--offers-file",
+                         str(write_offers(tmp_path, [nasty])), "--format", "markdown")
+    assert code == 0
+    assert "<script>" not in out and "&lt;script&gt;" in out
+    assert "[a](javascript:" not in out and "\\[a\\](javascript:b)" in out  # brackets escaped: not a link
+    table_rows = [ln for ln in out.splitlines() if ln.startswith("| train")]
+    assert table_rows and all(ln.count(" | ") == 7 for ln in table_rows)  # a pipe in offer text is not a cell
+
+
+def test_a_rate_much_older_than_the_prices_is_flagged(tmp_path):
+    # The shipped ECB history ends 2026-10-30; a CNY price of 2027-03-01 converts at that rate,
+    # 122 days older than the price: more than 90, so the quote says so.
+    late = offer("cny-box", hourly="3.50", gpus=1, currency="CNY", **A6000).model_copy(
+        update={"fetched_at": datetime(2027, 3, 1, tzinfo=timezone.utc)})
+    data = quote_json("--model", "13b", "--mode", "lora", "--tokens", "3e8", "--offers-file",
+                      str(write_offers(tmp_path, [late])))
+    [rate] = [r for r in data["fx"] if r["currency"] == "CNY"]
+    assert rate["as_of"] == "2026-10-30" and "ECB" in rate["source"]
+    assert any("CNY" in a and "days older" in a for a in data["assumptions"])
+    fresh = offer("cny-box", hourly="3.50", gpus=1, currency="CNY", **A6000)  # 2026-11-28: 29 days
+    data = quote_json("--model", "13b", "--mode", "lora", "--tokens", "3e8", "--offers-file",
+                      str(write_offers(tmp_path, [fresh])))
+    assert not any("days older" in a for a in data["assumptions"])
+
+
 def test_csv_offers_file(tmp_path):
     path = tmp_path / "prices.csv"
     path.write_text("provider,offer_id,gpu,gpus,price_hour,currency\nmine,box1,RTX A6000,1,0.45,USD\n")

@@ -55,6 +55,7 @@ __all__ = [
     "rental_pricing", "offer_terms", "seconds_to_cover", "billed_metered_seconds", "cover_in_units",
     "cheapest_cover", "cover_alternatives", "explain_cover", "cover_notes", "transfer_hours", "storage_line", "transfer_line",
     "price_alone", "price_lease", "lease_refusal", "idle_choice", "price_plan", "use_bounds", "lease_bounds",
+    "RoughPrices", "RoughUse", "rough_prices", "rough_use_bounds", "rough_lease_bounds", "rough_lease_refused",
 ]
 
 SECONDS_PER_HOUR = 3600
@@ -1078,3 +1079,180 @@ def lease_bounds(v: Use, t: Use, idle_hours: Decimal) -> Bounds | None:
         transfer_line(terms, t.import_gb * others, "ingress") if others else None,
         transfer_line(terms, t.out_gb, "egress")])
     return _bounds(lo, hi, fixed, unknown, terms.currency)
+
+
+# --------------------------------------------------------------------------------------------
+# Rough bounds, in floats, before an offer's exact terms exist
+#
+# The first pass over a large catalog bounds every stage option from the offer's raw prices in
+# floats (one multiplication per price), so that exact Terms and Decimal bills are built only for
+# the few options that can still be among the best plans. Every bound is widened by the rounding
+# of bill lines and float error, so a rough bound never excludes what the exact bill includes.
+
+
+@dataclass(frozen=True, slots=True)
+class RoughPrices:
+    """One offer's prices of one kind (on-demand or interruptible), per node, in the quote currency."""
+
+    provider: str
+    offer_id: str
+    spot: bool
+    hourly: float | None
+    granularity_s: int
+    minimum_s: int
+    blocks: tuple[tuple[float, float], ...]  # (hours, price)
+    storage: float | None
+    stopped_storage: float | None
+    egress: float | None
+    ingress: float | None
+    month_hours: int
+    free_disk_gb: float
+    stopped_bills: str
+    stopped_max_hours: float | None
+    max_hours: float | None
+    slack: float  # what rounding lines to the minor unit can move a total by
+
+    @property
+    def key(self) -> tuple[str, str, bool]:
+        return (self.provider, self.offer_id, self.spot)
+
+    @property
+    def floor_rate(self) -> float:
+        """The lowest cost of one hour of running time (blocks and metered)."""
+        rates = [price / hours for hours, price in self.blocks]
+        if self.hourly is not None:
+            rates.append(self.hourly)
+        return min(rates)
+
+    def single(self, seconds: int) -> float:
+        """What the cheapest single price option alone charges for `seconds` of running time."""
+        if seconds <= 0:
+            return 0.0
+        found = [-(-seconds // int(hours * SECONDS_PER_HOUR)) * price for hours, price in self.blocks]
+        if self.hourly is not None:
+            found.append(self.hourly * billed_metered_seconds(self.granularity_s, self.minimum_s, seconds)
+                         / SECONDS_PER_HOUR)
+        return min(found)
+
+    @property
+    def metered_only(self) -> bool:
+        return not self.blocks
+
+
+def rough_prices(offer: Offer, fx: FxTable, currency: str, spot: bool) -> RoughPrices | None:
+    """`offer`'s prices of one kind in floats (None when it has no option of that kind)."""
+    options = offer.options(spot)
+    if not options:
+        return None
+    rate = float(fx.convert(Decimal(1), offer.currency, currency, on=offer.fetched_at))
+    hourly: float | None = None
+    blocks = []
+    for opt in options:
+        price = float(opt.amount) * rate
+        if opt.unit == PriceUnit.HOUR:
+            hourly = price if hourly is None else min(hourly, price)
+        else:
+            hours = offer.month_hours if opt.unit == PriceUnit.MONTH else (
+                opt.term_hours if opt.unit == PriceUnit.TERM else UNIT_HOURS[opt.unit])
+            blocks.append((float(hours), price))  # type: ignore[arg-type]
+
+    def conv(x: Decimal | None) -> float | None:
+        return None if x is None else float(x) * rate
+
+    return RoughPrices(
+        offer.provider, offer.offer_id, spot, hourly, offer.billing_granularity_s, offer.billing_minimum_s,
+        tuple(blocks), conv(offer.storage_gb_month), conv(offer.stopped_storage_price), conv(offer.egress_gb),
+        conv(offer.ingress_gb), offer.month_hours, offer.free_disk_gb, offer.stopped_bills,
+        None if offer.stopped_max_days is None else offer.stopped_max_days * 24, offer.max_duration_hours,
+        float(_slack(currency)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RoughUse:
+    """A stage option in floats (see Use): what the first pass bounds."""
+
+    id: str
+    kind: Literal["validate", "train"]
+    prices: RoughPrices
+    nodes: int
+    hours: Decimal  # as the exact Use will have them (the deadline compares them exactly)
+    disk_gb: float
+    import_gb: float
+    out_gb: float
+    out_hours: Decimal = Decimal(0)
+
+    @property
+    def key(self) -> tuple[str, str, bool]:
+        return self.prices.key
+
+
+def _rough_disk(p: RoughPrices, gb: float, nodes: int, hours: float, rate: float | None) -> tuple[float, bool]:
+    billable = max(0.0, gb - p.free_disk_gb) * nodes
+    if hours <= 0 or billable <= 0:
+        return 0.0, False
+    if rate is None:
+        return 0.0, True
+    return rate * billable * hours / p.month_hours, False
+
+
+def _rough_move(gb: float, rate: float | None) -> tuple[float, bool]:
+    if gb <= 0:
+        return 0.0, False
+    return (0.0, True) if rate is None else (rate * gb, False)
+
+
+def _widen(lo: float, hi: float, unknown: bool, p: RoughPrices) -> Bounds:
+    pad = p.slack + 1e-9 * max(1.0, abs(hi))
+    return Bounds(Decimal(lo - pad), Decimal(hi + pad), unknown)  # exact conversions: the solver compares Decimals
+
+
+def rough_use_bounds(u: RoughUse) -> Bounds:
+    """Bounds on `price_alone` of the exact Use `u` stands for (floats; see the section above)."""
+    p = u.prices
+    running = float(u.hours + (u.out_hours if u.kind == "validate" else 0))
+    seconds = math.ceil(running * SECONDS_PER_HOUR)
+    hi = p.single(seconds) * u.nodes
+    lo = hi if p.metered_only else p.floor_rate * seconds / SECONDS_PER_HOUR * u.nodes
+    parts = [_rough_disk(p, u.disk_gb, u.nodes, running, p.storage), _rough_move(u.import_gb * u.nodes, p.ingress),
+             _rough_move(u.out_gb, p.egress)]
+    fixed = sum(x for x, _ in parts)
+    return _widen(lo + fixed, hi + fixed, any(k for _, k in parts), p)
+
+
+def rough_lease_refused(v: RoughUse, t: RoughUse, idle_hours: float) -> bool:  # noqa: D401
+    """Whether `lease_refusal` surely refuses (permissive at the float boundary)."""
+    if v.key != t.key:
+        return True
+    p = v.prices
+    if idle_hours > 0 and p.stopped_max_hours is not None and idle_hours > p.stopped_max_hours + 1e-6:
+        return True
+    return p.max_hours is not None and float(v.hours + t.hours) + idle_hours > p.max_hours + 1e-6
+
+
+def rough_lease_bounds(v: RoughUse, t: RoughUse, idle_hours: float) -> Bounds | None:
+    """Bounds on `price_lease` (floats); None when the lease is surely refused."""
+    if rough_lease_refused(v, t, idle_hours):
+        return None
+    p = v.prices
+    sv, st, sg = (math.ceil(float(h) * SECONDS_PER_HOUR) for h in (v.hours, t.hours, idle_hours))
+    vh, th = float(v.hours), float(t.hours)
+    full_gap = p.stopped_bills == "everything"
+    if sg == 0 or full_gap:
+        hi = p.single(sv + sg + st)
+        lo = hi if p.metered_only else p.floor_rate * (sv + sg + st) / SECONDS_PER_HOUR
+    else:
+        hi = p.single(sv) + p.single(st)
+        lo = hi if p.metered_only else p.floor_rate * (sv + st) / SECONDS_PER_HOUR
+    others = t.nodes - 1
+    lo, hi = lo + p.floor_rate * st / SECONDS_PER_HOUR * others, hi + p.single(st) * others
+    if others and p.metered_only:
+        lo = hi
+    gap_rate = p.storage if full_gap else (None if p.stopped_bills == "nothing" else p.stopped_storage)
+    parts = [_rough_disk(p, v.disk_gb, 1, vh, p.storage), _rough_move(v.import_gb, p.ingress),
+             _rough_disk(p, t.disk_gb, t.nodes, th, p.storage), _rough_move(t.import_gb * others, p.ingress),
+             _rough_move(t.out_gb, p.egress)]
+    if sg and p.stopped_bills != "nothing":
+        parts.append(_rough_disk(p, v.disk_gb, 1, idle_hours, gap_rate))
+    fixed = sum(x for x, _ in parts)
+    return _widen(lo + fixed, hi + fixed, any(k for _, k in parts), p)

@@ -34,12 +34,15 @@ from typing import Any, Literal
 from rentopt.optimizer.billing import (
     Choice,
     PlanBill,
+    RoughPrices,
+    RoughUse,
     Terms,
     Use,
     cover_notes,
     explain_cover,
     offer_terms,
     price_plan,
+    rough_prices,
     round_money,
     transfer_hours,
 )
@@ -440,18 +443,37 @@ class Signature:
 
 @dataclass
 class Candidate:
-    """The planner's view of one solver candidate (billing Use + what plans print)."""
+    """The planner's view of one solver candidate: its billing use and what its plan prints.
 
-    use: Use
+    `use` starts as the first pass's RoughUse (floats, no exact terms); `exact(terms)` makes the
+    billing Use for the candidates that survive the rough pruning, with the same quantities.
+    """
+
+    use: Use | RoughUse
     offer: Offer
     layout: Layout
     gpu: GpuSpec
     speed: Speed | None  # training
     tokens: float | None
+    disk_gb: Decimal
+    import_gb: Decimal
+    out_gb: Decimal
     hours_low: Decimal | None = None
     hours_high: Decimal | None = None
     notes: tuple[str, ...] = ()
     signature: Signature | None = None
+
+    @property
+    def id(self) -> str:
+        return self.use.id
+
+    def exact(self, terms: Terms) -> Candidate:
+        u = self.use
+        if isinstance(u, Use):
+            return self
+        use = Use(id=u.id, kind=u.kind, terms=terms, spot=u.prices.spot, nodes=u.nodes, hours=u.hours,
+                  disk_gb=self.disk_gb, import_gb=self.import_gb, out_gb=self.out_gb, out_hours=u.out_hours)
+        return replace(self, use=use)
 
 
 @dataclass
@@ -464,6 +486,7 @@ class Planned:
     work: WorkPlan
     prep: _Prepared
     closest_memory: str | None = None
+    first_pass: dict[str, int] = field(default_factory=dict)  # candidates before / after rough pruning
 
 
 def _shape(offer: Offer, gpu: GpuSpec, nodes: int) -> NodeShape:
@@ -478,8 +501,8 @@ def _shape_key(offer: Offer, gpu: GpuSpec) -> tuple:
 
 
 class _Planner:
-    def __init__(self, req: QuoteRequest, offers: Sequence[Offer], fx: FxTable):
-        self.req, self.offers, self.fx = req, offers, fx
+    def __init__(self, req: QuoteRequest, offers: Sequence[Offer], fx: FxTable, first_pass: bool = True):
+        self.req, self.offers, self.fx, self.first_pass = req, offers, fx, first_pass
         self.prep = _prepare(req)
         self.work = work_plan(req, self.prep)
         self._fits: dict[tuple, Fit | NoFit] = {}
@@ -509,14 +532,14 @@ class _Planner:
             self.closest = (miss.overshoot, f"{offer.provider}/{offer.offer_id} ({offer.gpus} x {offer.gpu}): {miss.reason}")
 
     def build(self) -> Planned:
-        from rentopt.optimizer.solver import Candidate as SolverCandidate
-        from rentopt.optimizer.solver import PlanInstance
+        """Rough candidates for every offer, rough pruning, exact terms for the survivors."""
+        from rentopt.optimizer.solver import prune
 
-        req, prep, work = self.req, self.prep, self.work
+        req, work = self.req, self.work
         ccy = req.currency
         kinds_wanted = (False, True) if req.spot else (False,)
         train: list[Candidate] = []
-        usable: list[tuple[Offer, GpuSpec, Terms, tuple[bool, ...]]] = []
+        usable: list[tuple[Offer, GpuSpec, dict[bool, RoughPrices]]] = []
         for o in self.offers:
             if o.gpu is None:
                 self.rejected.append((o, "gpu", f"GPU {o.gpu_raw!r} is {o.gpu_status} in the catalog: its memory "
@@ -525,30 +548,51 @@ class _Planner:
             if (why := req.gpu_filter.reason(o)) is not None:
                 self.rejected.append((o, "gpu", why))
                 continue
-            kinds = tuple(k for k in kinds_wanted if o.options(k))
-            if not kinds:
+            prices = {k: p for k in kinds_wanted if (p := rough_prices(o, self.fx, ccy, k)) is not None}
+            if not prices:
                 self.rejected.append((o, "price", "spot-only offer: add --spot to consider interruptible prices"
                                       if o.spot else "no price option of the requested kind"))
                 continue
             gpu = get_gpu(o.gpu)
-            terms = offer_terms(o, self.fx, ccy)
-            usable.append((o, gpu, terms, kinds))
-            train += self._train_candidates(o, gpu, terms, kinds)
+            usable.append((o, gpu, prices))
+            train += self._train_candidates(o, gpu, prices)
         validate: list[Candidate] = []
         if req.validate_hours is not None and train:
             validate = self._validate_candidates(usable, {c.signature for c in train})  # type: ignore[misc]
-        train_sc = self._solver_train(train, validate)
-        instance = PlanInstance(
+        keep = {c.id for c in (*train, *validate)}
+        if self.first_pass:
+            kept = prune(self._instance(train, validate), req.top)
+            if kept.train:  # else nothing meets the deadline or budget: price everything for the diagnosis
+                keep = {c.id for c in (*kept.train, *kept.validate)}
+        terms: dict[tuple[str, str], Terms] = {}
+        exact: dict[str, Candidate] = {}
+        for c in (*train, *validate):
+            if c.id in keep:
+                t = terms.get(c.offer.key)
+                if t is None:
+                    t = terms[c.offer.key] = offer_terms(c.offer, self.fx, ccy)
+                exact[c.id] = c.exact(t)
+        ex_train = [c for c in train if c.id in exact]
+        ex_validate = [c for c in validate if c.id in exact]
+        instance = self._instance([exact[c.id] for c in ex_train], [exact[c.id] for c in ex_validate])
+        first = {"candidates": len(train) + len(validate), "after rough pruning": len(exact)}
+        return Planned(instance, exact, self.rejected, work, self.prep, self.closest[1] if self.closest else None, first)
+
+    def _instance(self, train: list[Candidate], validate: list[Candidate]):  # type: ignore[no-untyped-def]
+        from rentopt.optimizer.solver import Candidate as SolverCandidate
+        from rentopt.optimizer.solver import PlanInstance
+
+        req, work = self.req, self.work
+        return PlanInstance(
             validate=tuple(SolverCandidate(c.use, wall_hours=c.use.hours, signature=_v_keys(c)) for c in validate),
-            train=tuple(train_sc), idle_hours=req.idle_days * 24, deadline_hours=work.deadline_hours,
-            budget=req.budget, currency=ccy, rank_by="per_token" if work.tokens is None else "total",
+            train=tuple(self._solver_train(train, validate)), idle_hours=req.idle_days * 24,
+            deadline_hours=work.deadline_hours, budget=req.budget, currency=req.currency,
+            rank_by="per_token" if work.tokens is None else "total",
         )
-        candidates = {c.use.id: c for c in (*train, *validate)}
-        return Planned(instance, candidates, self.rejected, work, prep, self.closest[1] if self.closest else None)
 
     # -- training ------------------------------------------------------------------------------
 
-    def _train_candidates(self, o: Offer, gpu: GpuSpec, terms: Terms, kinds: tuple[bool, ...]) -> list[Candidate]:
+    def _train_candidates(self, o: Offer, gpu: GpuSpec, prices: dict[bool, RoughPrices]) -> list[Candidate]:
         req, prep, work = self.req, self.prep, self.work
         out: list[Candidate] = []
         import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
@@ -556,6 +600,7 @@ class _Planner:
         shape = _shape_key(o, gpu)
         first_miss: NoFit | None = None
         any_fit = False
+        disk, imp, out_gb = float(prep.disk_gb), float(prep.import_gb), float(prep.export_gb)
         for nodes in range(1, min(o.nodes_available, req.gpu_filter.max_nodes, MAX_NODES) + 1):
             fit = self.layout(req.setup, o, gpu, nodes, req.pins, ("t", *shape, nodes))
             if isinstance(fit, NoFit):
@@ -563,7 +608,7 @@ class _Planner:
                 continue
             any_fit = True
             speed = self.speed(fit, gpu, (*shape, nodes))
-            for spot in kinds:
+            for spot, price in prices.items():
                 factor = _spot_factor(o.provider, req.checkpoint_every_hours)[0] if spot else Decimal(1)
                 if work.tokens is not None:
                     run, low, high = (Decimal(str(work.tokens / rate / 3600)) * factor
@@ -582,14 +627,13 @@ class _Planner:
                     notes.append(_spot_factor(o.provider, req.checkpoint_every_hours)[1])
                 if fit.layout.penalty:
                     notes.append(fit.layout.penalty)
-                if nodes > 1 or o.gpus > 1:
-                    if speed.scaling < LOW_SCALING:
-                        notes.append(f"scaling efficiency {speed.scaling:.0%} over {nodes * o.gpus} GPUs is under 70 %: "
-                                     "the interconnect is the bottleneck (a cheaper layout may do the same work)")
-                use = Use(id=f"t:{o.provider}:{o.offer_id}:{nodes}:{int(spot)}", kind="train", terms=terms, spot=spot,
-                          nodes=nodes, hours=hours, disk_gb=prep.disk_gb, import_gb=prep.import_gb,
-                          out_gb=prep.export_gb)
-                out.append(Candidate(use, o, fit.layout, gpu, speed, tokens, _hours(import_h + low + export_h),
+                if (nodes > 1 or o.gpus > 1) and speed.scaling < LOW_SCALING:
+                    notes.append(f"scaling efficiency {speed.scaling:.0%} over {nodes * o.gpus} GPUs is under 70 %: "
+                                 "the interconnect is the bottleneck (a cheaper layout may do the same work)")
+                use = RoughUse(f"t:{o.provider}:{o.offer_id}:{nodes}:{int(spot)}", "train", price, nodes, hours,
+                               disk, imp, out_gb)
+                out.append(Candidate(use, o, fit.layout, gpu, speed, tokens, prep.disk_gb, prep.import_gb,
+                                     prep.export_gb, _hours(import_h + low + export_h),
                                      _hours(import_h + high + export_h), tuple(notes), Signature.of(fit.layout)))
         if not any_fit and first_miss is not None:
             self._miss(o, first_miss)
@@ -601,24 +645,26 @@ class _Planner:
         """For each offer and each training signature: the same job at micro-batch 1 on one node."""
         req, prep = self.req, self.prep
         out: list[Candidate] = []
-        for o, gpu, terms, kinds in usable:
+        disk, imp, out_gb = float(prep.validate_disk_gb), float(prep.import_gb), float(prep.destroy_gb)
+        ordered = sorted(signatures, key=repr)
+        for o, gpu, prices in usable:
             import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
             out_h = transfer_hours(prep.destroy_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
             hours = _hours(req.validate_hours + import_h)  # type: ignore[operator]
             if o.max_duration_hours is not None and hours + out_h > Decimal(str(o.max_duration_hours)):
                 continue
-            for n, sig in enumerate(sorted(signatures, key=repr)):
+            for n, sig in enumerate(ordered):
                 setup = prep.validate_setup.model_copy(update={
                     "precision": sig.precision, "flash_attention": sig.attention.startswith("flash")})
                 key = ("v", *_shape_key(o, gpu), sig)
                 fit = self.layout(setup, o, gpu, 1, sig.pins(req.pins), key)
                 if isinstance(fit, NoFit) or Signature.of(fit.layout) != sig:
                     continue
-                for spot in kinds:
-                    use = Use(id=f"v:{o.provider}:{o.offer_id}:{int(spot)}:{n}", kind="validate", terms=terms,
-                              spot=spot, nodes=1, hours=hours, disk_gb=prep.validate_disk_gb,
-                              import_gb=prep.import_gb, out_gb=prep.destroy_gb, out_hours=out_h)
-                    out.append(Candidate(use, o, fit.layout, gpu, None, None, signature=sig))
+                for spot, price in prices.items():
+                    use = RoughUse(f"v:{o.provider}:{o.offer_id}:{int(spot)}:{n}", "validate", price, 1, hours, disk,
+                                   imp, out_gb, out_h)
+                    out.append(Candidate(use, o, fit.layout, gpu, None, None, prep.validate_disk_gb, prep.import_gb,
+                                         prep.destroy_gb, signature=sig))
         return out
 
     def _solver_train(self, train: list[Candidate], validate: list[Candidate]):  # type: ignore[no-untyped-def]
@@ -640,10 +686,14 @@ def _v_keys(c: Candidate) -> frozenset:
     return frozenset({(c.gpu.id, c.signature), ("arch:" + c.gpu.architecture, c.signature)})
 
 
-def plan_instance(req: QuoteRequest, offers: Sequence[Offer], fx: FxTable) -> Planned:
-    """The solver's instance for `req` over `offers` (full offers: no I/O happens here)."""
+def plan_instance(req: QuoteRequest, offers: Sequence[Offer], fx: FxTable, *, first_pass: bool = True) -> Planned:
+    """The solver's instance for `req` over `offers` (full offers: no I/O happens here).
+
+    `first_pass=False` skips the rough pruning and gives every candidate exact terms (for tests
+    that check the first pass against everything it could have kept).
+    """
     fx.rate(req.currency)  # an unknown quote currency is an input error before any work
-    return _Planner(req, offers, fx).build()
+    return _Planner(req, offers, fx, first_pass).build()
 
 
 def _memory_key(o: Offer, gpu: GpuSpec) -> float | None:

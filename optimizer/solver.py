@@ -41,11 +41,13 @@ from rentopt.optimizer.billing import (
     Bounds,
     Choice,
     PlanBill,
+    RoughUse,
     Use,
     idle_choice,
     lease_bounds,
-    lease_refusal,
     price_plan,
+    rough_lease_bounds,
+    rough_use_bounds,
     round_money,
     use_bounds,
 )
@@ -70,7 +72,7 @@ class Candidate:
     `tokens`: the work a training candidate does (ranked per token with `rank_by="per_token"`).
     """
 
-    use: Use
+    use: Use | RoughUse  # RoughUse: the first pass, before the offer's exact terms exist
     group: tuple[str, str] = ("", "")
     wall_hours: Decimal | None = None
     signature: Hashable | frozenset = None
@@ -181,8 +183,8 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
     if not ts or (has_v and not vs):
         return _Pruned([], [], {}, dropped)
 
-    tb = {t.id: use_bounds(t.use) for t in ts}
-    vb = {v.id: use_bounds(v.use) for v in vs}
+    tb = {t.id: _use_bounds(t.use) for t in ts}
+    vb = {v.id: _use_bounds(v.use) for v in vs}
     leases: dict[tuple[str, str], Bounds] = {}
     t_by_key: dict[tuple, list[Candidate]] = defaultdict(list)
     for t in ts:
@@ -190,26 +192,28 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
     for v in vs:
         for t in t_by_key.get(v.use.key, ()):
             if compatible(v, t) and _fits(inst, v.wall + G + t.wall):
-                found = lease_bounds(v.use, t.use, G)
+                found = _lease_bounds(v.use, t.use, G)
                 if found is not None:
                     leases[(v.id, t.id)] = found
-    leasing = {vid for vid, _ in leases}
+    all_vs = vs
 
-    # 2. validation dominance within a signature, by wall hours (destroy path)
+    # 2. validation dominance within a signature, by wall hours, as a destroy-path partner (a
+    #    validation that can lease with a training run stays in `leases` for that pair)
     if has_v:
-        kept_v = []
         by_sig: dict[Hashable, list[Candidate]] = defaultdict(list)
         for v in vs:
-            for key in (v.signature if isinstance(v.signature, frozenset) else {v.signature}):
+            for key in _keys(v):
                 by_sig[key].append(v)
-        survivors: set[str] = set(leasing)
+        survivors: set[str] = set()
         for group in by_sig.values():
-            group.sort(key=lambda v: (_destroy_wall(v), vb[v.id].hi))
-            best_hi = _INF
+            group.sort(key=lambda v: (_destroy_wall(v), vb[v.id].hi, v.id))
+            best: tuple[Decimal, bool] = (_INF, True)
             for v in group:
-                if vb[v.id].lo <= best_hi:
+                b = vb[v.id]
+                if (b.lo, b.unknown) < best:
                     survivors.add(v.id)
-                best_hi = min(best_hi, vb[v.id].hi)
+                if (b.hi, b.unknown) < best:
+                    best = (b.hi, b.unknown)
         kept_v = [v for v in vs if v.id in survivors]
         dropped["dominated"] = len(vs) - len(kept_v)
         vs = kept_v
@@ -244,8 +248,19 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
     leases = {k: b for k, b in leases.items() if k[1] in kept_ids}
     if has_v:
         needed = {vid for vid, _ in leases} | partners.needed(kept_t, lambda t: _room(inst, t))
-        vs = [v for v in vs if v.id in needed]
+        vs = [v for v in all_vs if v.id in needed]
     return _Pruned(vs, kept_t, leases, dropped)
+
+
+def _use_bounds(use: Use | RoughUse) -> Bounds:
+    """Billing's bounds for a candidate: exact-terms bounds, or the first pass's rough ones."""
+    return rough_use_bounds(use) if isinstance(use, RoughUse) else use_bounds(use)
+
+
+def _lease_bounds(v: Use | RoughUse, t: Use | RoughUse, idle_hours: Decimal) -> Bounds | None:
+    if isinstance(v, RoughUse):
+        return rough_lease_bounds(v, t, float(idle_hours))  # type: ignore[arg-type]
+    return lease_bounds(v, t, idle_hours)  # type: ignore[arg-type]
 
 
 def _keys(v: Candidate) -> Iterable[Hashable]:

@@ -537,3 +537,86 @@ def test_cheapest_cover_matches_brute_force(case):
     assert covered + cover.metered_seconds >= math.ceil(hours * 3600)
 
 
+
+
+# --------------------------------------------------------------------------------------------
+# The first pass's rough bounds (floats, from raw offer prices) contain the exact bills
+
+
+@st.composite
+def priced_offers(draw) -> Offer:
+    cny = draw(st.booleans())
+    scale = D(7) if cny else D(1)
+    money = lambda lo, hi: draw(st.integers(lo * 100, hi * 100)).__truediv__(100)  # noqa: E731
+    hourly = draw(st.none() | st.just(None) | st.integers(5, 900).map(lambda n: D(n) / 100))
+    options = [PriceOption(unit=HOUR, amount=hourly * scale)] if hourly is not None else []
+    for unit in draw(st.lists(st.sampled_from([DAY, WEEK, MONTH]), unique=True, min_size=0 if options else 1,
+                              max_size=3)):
+        options.append(PriceOption(unit=unit, amount=D(str(money(3, 3000))) * scale))
+    price = lambda: draw(st.none() | st.sampled_from([D(0), D("0.04"), D("0.25")]))  # noqa: E731
+    return offer(options, currency="CNY" if cny else "USD", billing_granularity_s=draw(st.sampled_from([1, 60, 3600])),
+                 billing_minimum_s=draw(st.sampled_from([0, 0, 600, 3600])), month_hours=draw(st.sampled_from([720, 730])),
+                 storage_gb_month=price(), storage_stopped_gb_month=price(), egress_gb=price(), ingress_gb=price(),
+                 stopped_bills=draw(st.sampled_from(["storage", "everything", "nothing"])),
+                 stopped_max_days=draw(st.sampled_from([None, 1.0, 10.0])),
+                 free_disk_gb=draw(st.sampled_from([0.0, 20.0, 50.0])),
+                 max_duration_hours=draw(st.sampled_from([None, 200.0])))
+
+
+hours_of = st.integers(1, 40000).map(lambda n: D(n) / 100)  # 0.01 .. 400 h
+gb_of = st.sampled_from([D(0), D(15), D(40), D(300)])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(priced_offers(), st.data())
+def test_rough_bounds_contain_the_exact_bills(o, data):
+    from rentopt.optimizer.billing import (
+        RoughUse,
+        price_alone,
+        rough_lease_bounds,
+        rough_lease_refused,
+        rough_prices,
+        rough_use_bounds,
+    )
+
+    fx7 = FxTable.load(overrides={"CNY": D(7)})
+    exact_terms = offer_terms(o, fx7, "USD")
+    prices = rough_prices(o, fx7, "USD", False)
+
+    def both(uid, kind, nodes, hours, disk, imp, out, out_hours=D(0)):
+        exact = Use(uid, kind, exact_terms, False, nodes, hours, disk, imp, out, out_hours)
+        rough = RoughUse(uid, kind, prices, nodes, hours, float(disk), float(imp), float(out), out_hours)
+        return exact, rough
+
+    ve, vr = both("v", "validate", 1, data.draw(hours_of), data.draw(gb_of), data.draw(gb_of), data.draw(gb_of),
+                  data.draw(st.sampled_from([D(0), D("0.5")])))
+    te, tr = both("t", "train", data.draw(st.sampled_from([1, 2, 3])), data.draw(hours_of), data.draw(gb_of),
+                  data.draw(gb_of), data.draw(gb_of))
+    for exact, rough in ((ve, vr), (te, tr)):
+        total = sum((s.cost for s in price_alone(exact)), D(0))
+        b = rough_use_bounds(rough)
+        assert b.lo <= total <= b.hi, (exact.kind, float(b.lo), total, float(b.hi))
+    gap = data.draw(st.sampled_from([D(0), D(5), D(48), D(500)]))
+    refused = lease_refusal(ve, te, gap)
+    if rough_lease_refused(vr, tr, float(gap)):
+        assert refused is not None  # the rough pass only refuses what the exact rules refuse
+    if refused is None:
+        lease = price_plan(Choice("v", "t", "continue" if gap == 0 else "stop"), {"v": ve, "t": te}, gap).total
+        b = rough_lease_bounds(vr, tr, float(gap))
+        assert b is not None and b.lo <= lease <= b.hi, (float(b.lo), lease, float(b.hi))
+
+
+def test_rough_lease_bounds_allow_a_mixed_cover_below_any_single_option():
+    # 2.00/h or a 30.00 day: 4 h + 30 h on one instance = 34 h = a day + 10 h = 50.00, while the
+    # best single option alone is 2 days = 60.00. The rough lower bound must not exceed 50.
+    from rentopt.optimizer.billing import RoughUse, rough_lease_bounds, rough_prices
+
+    fx = FxTable.load()
+    o = offer([PriceOption(unit=HOUR, amount=D("2.00")), PriceOption(unit=DAY, amount=D("30"))], currency="USD")
+    t = offer_terms(o, fx, "USD")
+    v, tr = use(t, "v", "validate", 4), use(t, "t", "train", 30)
+    exact = price_plan(Choice("v", "t", "continue"), {"v": v, "t": tr}, D(0)).total
+    assert exact == D("50.00")
+    p = rough_prices(o, fx, "USD", False)
+    b = rough_lease_bounds(RoughUse("v", "validate", p, 1, D(4), 0, 0, 0), RoughUse("t", "train", p, 1, D(30), 0, 0, 0), 0.0)
+    assert b.lo <= exact <= b.hi

@@ -147,6 +147,41 @@ def test_enumeration_and_cp_sat_choose_the_same_plans():
     assert solve(PlanInstance(vs, ts), 3, method="cp-sat").method == "cp-sat"
 
 
+def test_a_faster_dearer_validation_is_kept_for_the_deadline():
+    # Validations: slow 10 h x 1.00 = 10.00, fast 2 h x 6.00 = 12.00. Trainings (other groups):
+    # cheap-slow 10 h x 1.00 = 10.00, dear-fast 2 h x 20.00 = 40.00. Deadline 13 h.
+    # cheap-slow fits only with the fast validation (2 + 10 = 12 h): 22.00; dear-fast takes the
+    # slow one (10 + 2 = 12 h): 50.00. The cheaper slow validation must not hide the fast one.
+    slow, fast = terms("slow", "1.00", "ps"), terms("fast", "6.00", "pf")
+    cheap, dear = terms("cheap", "1.00", "pc"), terms("dear", "20.00", "pd")
+    inst = PlanInstance((validate("vslow", slow, "10"), validate("vfast", fast, "2")),
+                        (train("tcheap", cheap, "10"), train("tdear", dear, "2")), deadline_hours=D(13))
+    plans = solve(inst).plans
+    assert [(p.choice.train, p.choice.validate, p.total) for p in plans] == [
+        ("tcheap", "vfast", D("22.00")), ("tdear", "vslow", D("50.00"))]
+
+
+def test_a_validation_whose_bounds_are_loose_does_not_hide_a_cheaper_one():
+    # "day": only a 30.00 day block, so 1 h of validation costs 30 exactly, but its lower bound is
+    # the day's rate per second (1.25 for the hour). "metered": 1.5 h x 5.00 = 7.50, slower.
+    day = terms("day", None, "pd", blocks=(Block("day", PriceUnit.DAY, 24, D("30")),))
+    metered = terms("met", "5.00", "pm")
+    inst = PlanInstance((validate("vday", day, "1"), validate("vmet", metered, "1.5")), (train("ta", A, "10"),))
+    [plan] = solve(inst).plans
+    assert (plan.choice.validate, plan.total) == ("vmet", D("27.50"))  # 7.50 + 20.00, not 30 + 20
+
+
+def test_a_lease_priced_between_its_bounds_is_found():
+    # Offer m: 2.00/h or a 30.00 day. Validation 4 h + training 30 h on m as one rental = 34 h =
+    # a day + 10 h metered = 50.00 (a single option alone: 2 days = 60). Destroying instead
+    # re-imports 100 GB at 0.50 = 50 more. Offer b: 55.00. Top 1 is the lease at 50.
+    m = terms("m", "2.00", "pm", blocks=(Block("day", PriceUnit.DAY, 24, D("30")),), ingress_gb=D("0.50"))
+    b = terms("b", "5.50", "pb")
+    inst = PlanInstance((validate("vm", m, "4"),), (train("tm", m, "30", imp="100"), train("tb", b, "10")))
+    [plan] = solve(inst, 1).plans
+    assert (plan.choice.train, plan.choice.idle, plan.total) == ("tm", "continue", D("50.00"))
+
+
 def test_top_k_must_be_positive():
     with pytest.raises(ValueError, match="top_k"):
         solve(PlanInstance((), (train("ta", A, "10"),)), top_k=0)

@@ -81,22 +81,38 @@ def workload_options(f: Any) -> Any:
         click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs in total (estimate: default 1; quote: chosen per offer)."),
         click.option("--zero", type=click.IntRange(0, 3), default=None, help="DeepSpeed ZeRO stage (quote: pins the layout)."),
         click.option("--fsdp", is_flag=True, default=False, help="Shard with PyTorch FSDP instead of ZeRO."),
+        click.option("--fsdp-frozen-unsharded", is_flag=True, default=False,
+                     help="FSDP that keeps a frozen LoRA base unsharded through backward (PyTorch before the "
+                          "frozen-parameter reshard, pytorch/pytorch#95805; LitGPT's 2023 tables). Default: "
+                          "modern FSDP (FSDP2, torchtune, Accelerate) reshards it."),
         click.option("--offload", type=click.Choice(["none", "optimizer", "all"]), default=None,
-                     help="Move optimizer state (and parameters) to CPU RAM."),
-        click.option("--grad-checkpointing/--no-grad-checkpointing", default=True, show_default=True,
+                     help="Move optimizer state (and parameters) to CPU RAM; with --fsdp use all (FSDP CPUOffload)."),
+        click.option("--grad-checkpointing/--no-grad-checkpointing", default=None,
                      help="Recompute activations in backward: far less activation memory for ~20 % more step "
-                          "time (Hugging Face, huggingface.co/docs/transformers/perf_train_gpu_one)."),
+                          "time (Hugging Face, huggingface.co/docs/transformers/perf_train_gpu_one). Not given: "
+                          "on only where memory needs it (estimate's headline figures assume on)."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="FlashAttention/SDPA: no seq^2 attention scores."),
         click.option("--lora-rank", type=click.IntRange(min=1), default=16, show_default=True),
         click.option("--lora-targets", default="all-linear", show_default=True,
                      help="Comma list of q,k,v,o,gate,up,down,lm_head, or all-linear."),
         click.option("--precision", type=click.Choice(["bf16", "bf16-mixed", "bf16-true", "fp16", "fp16-mixed", "fp32", "fp8"]),
-                     default="bf16", show_default=True,
-                     help="bf16 = bf16-mixed (fp32 master + states); bf16-true keeps everything in bf16."),
+                     default=None,
+                     help="bf16 = bf16-mixed (fp32 master + states); bf16-true keeps everything in bf16. Not given: "
+                          "bf16, and cards without BF16 run fp16 with loss scaling (said so); given, it is pinned "
+                          "and cards that lack it are ruled out."),
+        click.option("--allow-stack", metavar="STACKS", default=None,
+                     help="Also plan non-CUDA cards: rocm (AMD MI300X), gaudi (Intel Gaudi 2), ascend (Huawei 910B), "
+                          "comma-separated, e.g. --allow-stack rocm,gaudi."),
+        click.option("--rope-scaling", type=click.FloatRange(min=1, min_open=True), metavar="FACTOR", default=None,
+                     help="RoPE scaling factor you configure (YaRN, linear): lets --seq-len go past the model's "
+                          "trained context, e.g. --rope-scaling 4 for Qwen2.5 at 128K."),
         click.option("--optimizer", type=click.Choice(["adamw", "adamw-8bit", "paged-adamw", "sgd", "none"]),
                      default="adamw", show_default=True),
         click.option("--optimizer-in-backward", is_flag=True, help="Step each parameter during backward (no gradient buffer)."),
+        click.option("--grad-accumulation/--no-grad-accumulation", default=True, show_default=True,
+                     help="Gradient accumulation keeps earlier micro-steps' gradients alive through forward; "
+                          "off: one optimizer step per micro-batch (less memory for a full fine-tune)."),
         click.option("--tensor-parallel", type=click.IntRange(min=1), default=None, help="Tensor-parallel size (NVLink only in quotes)."),
         click.option("--quant", type=click.Choice(["none", "nf4", "int8", "int4"]), default="none", show_default=True,
                      help="Weight quantisation for --mode inference."),
@@ -111,27 +127,47 @@ def workload_options(f: Any) -> Any:
     return f
 
 
-WORKLOAD_KEYS = ("model_name", "mode", "seq_len", "micro_batch", "gpus", "zero", "fsdp", "offload",
-                 "grad_checkpointing", "flash_attention", "lora_rank", "lora_targets", "precision", "optimizer",
-                 "optimizer_in_backward", "tensor_parallel", "quant", "double_quant", "chunked_loss", "margin")
+WORKLOAD_KEYS = ("model_name", "mode", "seq_len", "micro_batch", "gpus", "zero", "fsdp", "fsdp_frozen_unsharded",
+                 "offload", "grad_checkpointing", "flash_attention", "lora_rank", "lora_targets", "precision",
+                 "allow_stack", "rope_scaling", "optimizer", "optimizer_in_backward", "grad_accumulation",
+                 "tensor_parallel", "quant",
+                 "double_quant", "chunked_loss", "margin")
 
 
 def _workload(kw: dict[str, Any]) -> tuple[Any, Any]:
-    """(ModelSpec, TrainingSetup) from the shared workload flags."""
+    """(ModelSpec, TrainingSetup) from the shared workload flags. A --seq-len past the model's
+    trained context is a warning on stderr (and a model note) with RoPE scaling, an error without."""
     from rentopt.optimizer.models import TrainingSetup
-    from rentopt.optimizer.workload import resolve_model
+    from rentopt.optimizer.workload import check_context, resolve_model
 
     model = resolve_model(kw["model_name"])
+    if kw.get("rope_scaling"):
+        model = model.model_copy(update={"rope_scaling": kw["rope_scaling"]})
+    warnings = check_context(model, kw["seq_len"])
+    for warning in warnings:
+        click.echo(f"rentopt: warning: {warning}", err=True)
+    if warnings:
+        model = model.model_copy(update={"notes": (*model.notes, *(f"warning: {w}" for w in warnings))})
     setup = TrainingSetup(
         mode=kw["mode"], seq_len=kw["seq_len"], micro_batch=kw["micro_batch"], gpus=kw["gpus"] or 1,
-        zero=kw["zero"] or 0, fsdp=kw["fsdp"], offload=kw["offload"] or "none",
+        zero=kw["zero"] or 0, fsdp=kw["fsdp"], fsdp_frozen_unsharded=kw["fsdp_frozen_unsharded"],
+        offload=kw["offload"] or "none",
         grad_checkpointing=kw["grad_checkpointing"], flash_attention=kw["flash_attention"],
-        lora_rank=kw["lora_rank"], lora_targets=kw["lora_targets"], precision=kw["precision"],
+        lora_rank=kw["lora_rank"], lora_targets=kw["lora_targets"], precision=kw["precision"] or "bf16",
         optimizer="none" if kw["mode"] == "inference" else kw["optimizer"],
-        optimizer_in_backward=kw["optimizer_in_backward"], tensor_parallel=kw["tensor_parallel"] or 1,
+        optimizer_in_backward=kw["optimizer_in_backward"], grad_accumulation=kw["grad_accumulation"],
+        tensor_parallel=kw["tensor_parallel"] or 1,
         quant=kw["quant"], double_quant=kw["double_quant"], chunked_loss=kw["chunked_loss"], margin=kw["margin"],
     )
     return model, setup
+
+
+def _capabilities(kw: dict[str, Any]) -> Any:
+    """The capability policy from the workload flags: --precision given pins it; --allow-stack."""
+    from rentopt.optimizer.feasibility import Capabilities
+
+    return Capabilities(precision_pinned=kw["precision"] is not None,
+                        allowed_stacks=Capabilities.parse_stacks(kw["allow_stack"]))
 
 
 @cli.command("estimate")
@@ -161,7 +197,8 @@ def estimate_command(fmt: str, gpu_name: str | None, nodes: int, fabric_gbps: fl
     activations, overhead; Hugging Face, huggingface.co/docs/transformers/model_memory_anatomy).
     Three totals, because published numbers measure different things: allocated (PyTorch's
     max_memory_allocated), reserved (caching allocator) and device (nvidia-smi); "required"
-    adds the safety margin and is what rentopt compares with a card's memory. GB = 1e9 bytes.
+    adds the safety margin on the uncertain part (never on the exact weights, gradients and
+    optimizer state) and is what rentopt compares with a card's memory. GB = 1e9 bytes.
 
     With --gpu, rentopt picks the cheapest layout that holds the job on that node shape (SXM/OAM
     parts NVLinked, other cards on PCIe) and reports tokens per second for all GPUs together
@@ -179,12 +216,12 @@ def estimate_command(fmt: str, gpu_name: str | None, nodes: int, fabric_gbps: fl
     speed = None
     if gpu_name is not None:
         pins = Pins(zero=kw["zero"], fsdp=kw["fsdp"] or None, tensor_parallel=kw["tensor_parallel"],
-                    offload=kw["offload"])
+                    offload=kw["offload"], capabilities=_capabilities(kw))
         speed = layout_speed(model, setup, resolve_user_gpu(gpu_name), kw["gpus"] or 1, nodes, fabric_gbps, pins)
     elif nodes > 1 or fabric_gbps is not None:
         fail("--nodes and --fabric-gbps describe the node shape of --gpu: pass --gpu too", 2)
     gpus = all_gpus()
-    fits = classes_that_fit(model, setup, gpus)
+    fits = classes_that_fit(model, setup, gpus, capabilities=_capabilities(kw))
     classes = {g.id: g.gpu_class for g in gpus}
     if fmt == "json":
         click.echo(estimate_json(est, fits, classes, speed))
@@ -334,7 +371,8 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
         raise click.UsageError("--on names the layout that --days are measured on; it needs --days")
     model, setup = _workload(kw)
     fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))
-    pins = Pins(zero=kw["zero"], fsdp=kw["fsdp"] or None, tensor_parallel=kw["tensor_parallel"], offload=kw["offload"])
+    pins = Pins(zero=kw["zero"], fsdp=kw["fsdp"] or None, tensor_parallel=kw["tensor_parallel"], offload=kw["offload"],
+                capabilities=_capabilities(kw))
     gpu_filter = GpuFilter(include=parse_gpu_filter(gpu_names), exclude=tuple(g for g, _ in parse_gpu_filter(exclude_gpus)),
                            min_memory_gb=min_gpu_memory, gpus_per_node=kw["gpus"], max_nodes=max_nodes)
     request = QuoteRequest(
@@ -406,28 +444,56 @@ def models_command(model: str | None, fmt: str) -> None:
 
 
 @cli.command("gpus")
+@click.argument("name", required=False)
 @click.option("--class", "gpu_class", type=click.Choice(["datacenter", "workstation", "consumer"]),
               help="Only GPUs of this class.")
 @click.option("--min-memory", type=click.FloatRange(min=0), metavar="GB", help="Only GPUs with at least GB of memory.")
+@click.option("--names", is_flag=True, help="List every spelling rentopt reads and the catalog id(s) it maps to.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table for people; json (GpuSpec objects with sources and notes) for scripts.")
-def gpus_command(gpu_class: str | None, min_memory: float | None, fmt: str) -> None:
-    """List the GPU catalog: the ids that --gpu and offers use, with memory, speed and interconnect.
+def gpus_command(name: str | None, gpu_class: str | None, min_memory: float | None, names: bool, fmt: str) -> None:
+    """List the GPU catalog: the ids that --gpu and offers use, with memory, speed, interconnect
+    and what a job can run on each card; or show where one spelling NAME maps.
 
     \b
     Examples:
       rentopt gpus --class datacenter --min-memory 80
       rentopt gpus --format json
+      rentopt gpus H100                 what a bare "H100" means (offers, price sheets)
+      rentopt gpus --names              every spelling and the id(s) it maps to
 
     BF16 TFLOPS are dense peaks (no sparsity); cards without BF16 show their FP16 rate. NVLink is
-    bidirectional GB/s per GPU, "none" when the card has none.
+    bidirectional GB/s per GPU, "none" when the card has none. CC is NVIDIA's compute capability;
+    FlashAttn the newest FlashAttention generation with kernels for the card (2: Ampere and newer,
+    3: Hopper); stack the vendor software a job needs (non-CUDA cards are planned only with
+    --allow-stack). A bare name that several cards share (H100: SXM, PCIe or NVL) stays ambiguous
+    in provider feeds; on hand-written price sheets it reads as the usual variant (H100 and H200:
+    SXM, as SkyPilot and gpuhunt read them), and the offer says so.
     """
     import json
 
     from tabulate import tabulate
 
-    from rentopt.optimizer.hardware import select_gpus
+    from rentopt.optimizer.hardware import normalise, select_gpus, spellings
 
+    if name is not None:
+        feed, sheet = normalise(name), normalise(name, sheet_defaults=True)
+        if fmt == "json":
+            click.echo(json.dumps({"provider_feed": feed.model_dump(mode="json"),
+                                   "price_sheet": sheet.model_dump(mode="json")}, indent=2))
+            return
+        for where, match in (("provider feeds", feed), ("price sheets", sheet)):
+            said = match.gpu or (f"ambiguous: {', '.join(match.candidates)}" if match.candidates else "unknown")
+            click.echo(f"{name!r} in {where}: {said} ({match.status})" + (f"; {match.note}" if match.note else ""))
+        return
+    if names:
+        rows = spellings()
+        if fmt == "json":
+            click.echo(json.dumps(rows, indent=2))
+        else:
+            click.echo(tabulate([[r["spelling"], ", ".join(r["ids"]), r["how"]] for r in rows],
+                                headers=["spelling", "maps to", "how"], disable_numparse=True))
+        return
     selected = select_gpus(gpu_class, min_memory)
     if fmt == "json":
         click.echo(json.dumps([g.model_dump(mode="json") for g in selected], indent=2))
@@ -438,10 +504,13 @@ def gpus_command(gpu_class: str | None, min_memory: float | None, fmt: str) -> N
     table = [
         [g.id, g.gpu_class, f"{g.memory_gb:g}", _tflops_cell(g.bf16_tflops, g.fp16_tflops),
          f"{g.memory_bandwidth_gbps:g}", f"{g.nvlink_gbps:g}" if g.nvlink_gbps else "none",
-         g.pcie_gen or "?", g.form_factor]
+         g.pcie_gen or "?", g.form_factor, g.compute_capability or "-", "yes" if g.fp8 else "no",
+         str(g.flash_attention) if g.flash_attention else "-",
+         g.stack if g.host_arch == "x86_64" else f"{g.stack}/{g.host_arch}"]
         for g in selected
     ]
-    headers = ["id", "class", "memory GB", "BF16 TFLOPS", "bandwidth GB/s", "NVLink GB/s", "PCIe gen", "form factor"]
+    headers = ["id", "class", "memory GB", "BF16 TFLOPS", "bandwidth GB/s", "NVLink GB/s", "PCIe gen", "form factor",
+               "CC", "FP8", "FlashAttn", "stack"]
     click.echo(tabulate(table, headers=headers, disable_numparse=True))
 
 

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from rentopt.optimizer.errors import InputError
 from rentopt.optimizer.memory import estimate
 from rentopt.optimizer.models import (
     Fabric,
@@ -29,6 +30,7 @@ from rentopt.optimizer.models import (
     MemoryEstimate,
     ModelSpec,
     RejectReason,
+    SoftwareStack,
     TrainingSetup,
 )
 
@@ -102,14 +104,138 @@ class NodeShape:
         return self.interconnect == "nvlink"
 
 
+
+
+STACKS: tuple[SoftwareStack, ...] = ("cuda", "rocm", "gaudi", "ascend")
+STACK_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "gaudi": "Intel Gaudi software", "ascend": "Huawei CANN (torch_npu)"}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a plan may change or use on a card (the policy behind the capability rules).
+
+    precision_pinned: the user gave --precision, so no card that lacks it is planned and no
+    variant replaces it. Unpinned, a card without BF16 runs fp16 mixed precision with loss scaling
+    and a card without FP8 runs bf16 (memory recomputed for what runs, and the plan says so).
+    allowed_stacks: vendor software stacks a plan may use; only CUDA unless the user allows more
+    (--allow-stack rocm,gaudi,ascend), since kernels, wheels and recipes differ per stack.
+    """
+
+    precision_pinned: bool = False
+    allowed_stacks: frozenset[str] = frozenset({"cuda"})
+
+    @staticmethod
+    def parse_stacks(text: str | None) -> frozenset[str]:
+        """--allow-stack rocm,gaudi -> {"cuda", "rocm", "gaudi"}; CUDA is always allowed.
+
+        >>> sorted(Capabilities.parse_stacks("ROCm, gaudi"))
+        ['cuda', 'gaudi', 'rocm']
+        """
+        names = {n.strip().lower() for n in (text or "").split(",") if n.strip()}
+        unknown = sorted(names - set(STACKS))
+        if unknown:
+            raise InputError(f"unknown software stack {', '.join(unknown)}: --allow-stack takes {', '.join(STACKS[1:])}.")
+        return frozenset(names | {"cuda"})
+
+
 @dataclass(frozen=True)
 class Pins:
-    """Layout choices the user fixed on the command line; None leaves the rung to the ladder."""
+    """Layout choices the user fixed on the command line; None leaves the rung to the ladder.
+    `capabilities` carries the capability policy (pinned precision, allowed stacks) so a quote's
+    pins reach every find_layout call; find_layout's own `capabilities` argument wins when given."""
 
     zero: int | None = None
     fsdp: bool | None = None
     tensor_parallel: int | None = None
     offload: str | None = None
+    capabilities: Capabilities = Capabilities()
+
+
+# Precisions and the hardware feature each needs.
+_NEEDS_BF16 = ("bf16-mixed", "bf16-true")
+# What attention runs when FlashAttention is asked for, by stack, where the card has no
+# FlashAttention-2 kernels: PyTorch SDPA's memory-efficient kernel (xformers' cutlass kernel, sm50+)
+# also never stores the seq^2 scores, only a log-sum-exp per row, so memory is FlashAttention's
+# (torch.nn.functional.scaled_dot_product_attention docs); Gaudi runs Habana's FusedSDPA and Ascend
+# torch_npu's npu_fusion_attention, both fused kernels of the same kind.
+_FUSED_ATTENTION = {"cuda": "sdpa-mem-efficient", "rocm": "sdpa-mem-efficient", "gaudi": "fused-sdpa",
+                    "ascend": "npu-fusion-attention"}
+# Inference quantisation through bitsandbytes (LLM.int8 needs compute capability 7.5+, NF4 6.0+:
+# bitsandbytes installation guide); GPTQ/AWQ int4 kernels are separate libraries.
+_BNB_QUANT = ("nf4", "int8")
+LLM_INT8_MIN_CC = 7.5
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What actually runs on a card for a job: the setup after any variant, the attention kernel,
+    and the sentences a plan shows about them."""
+
+    setup: TrainingSetup
+    attention: str
+    notes: tuple[str, ...] = ()
+
+
+def _hardware(gpu: GpuSpec) -> str:
+    cc = f", compute capability {gpu.compute_capability}" if gpu.compute_capability else ""
+    return f"{gpu.architecture or gpu.vendor}{cc}"
+
+
+def runtime_for(setup: TrainingSetup, gpu: GpuSpec, capabilities: Capabilities = Capabilities()) -> Runtime | NoFit:
+    """The precision and kernels a job runs on `gpu`, or the capability it lacks.
+
+    >>> from rentopt.optimizer.hardware import get_gpu
+    >>> r = runtime_for(TrainingSetup(mode="lora"), get_gpu("T4-16GB"))
+    >>> r.setup.precision, r.attention
+    ('fp16-mixed', 'sdpa-mem-efficient')
+    >>> runtime_for(TrainingSetup(mode="lora"), get_gpu("T4-16GB"), Capabilities(precision_pinned=True)).constraint
+    'capability'
+    """
+    notes: list[str] = []
+    if gpu.stack not in capabilities.allowed_stacks:
+        return NoFit("capability", f"{gpu.id} needs {STACK_NAMES[gpu.stack]}, not CUDA: recipes, kernels and wheels "
+                                   f"differ, so rentopt plans it only when allowed (--allow-stack {gpu.stack})")
+    uses_bnb = setup.mode == "qlora" or setup.optimizer in ("adamw-8bit", "paged-adamw") or (
+        setup.mode == "inference" and setup.quant in _BNB_QUANT)
+    if uses_bnb:
+        what = "QLoRA's NF4 base" if setup.mode == "qlora" else (
+            f"{setup.quant} quantisation" if setup.mode == "inference" and setup.quant in _BNB_QUANT
+            else f"the {setup.optimizer} optimizer")
+        if gpu.bitsandbytes == "unsupported":
+            return NoFit("capability", f"{gpu.id} lacks bitsandbytes ({STACK_NAMES[gpu.stack]} has no backend), "
+                                       f"which {what} needs")
+        if gpu.bitsandbytes == "limited":
+            notes.append(f"bitsandbytes on {STACK_NAMES[gpu.stack]} is limited ({what}): {gpu.capability_notes}")
+        if setup.mode == "inference" and setup.quant == "int8" and gpu.compute_capability \
+                and float(gpu.compute_capability) < LLM_INT8_MIN_CC:
+            return NoFit("capability", f"{gpu.id} lacks LLM.int8() support ({_hardware(gpu)}; bitsandbytes needs "
+                                       f"compute capability {LLM_INT8_MIN_CC}+)")
+    precision = setup.precision
+    if precision in _NEEDS_BF16 and not gpu.bf16:
+        if capabilities.precision_pinned:
+            return NoFit("capability", f"{gpu.id} lacks BF16 ({_hardware(gpu)}) and --precision {precision} is pinned")
+        precision = "fp16-mixed"
+        notes.append(f"fp16 mixed precision with dynamic loss scaling instead of {setup.precision}: {gpu.id} lacks "
+                     f"BF16 ({_hardware(gpu)}); memory and speed are for fp16-mixed")
+    elif precision == "fp8" and not gpu.fp8:
+        if capabilities.precision_pinned:
+            return NoFit("capability", f"{gpu.id} lacks FP8 ({_hardware(gpu)}) and --precision fp8 is pinned")
+        precision = "bf16-mixed" if gpu.bf16 else "fp16-mixed"
+        notes.append(f"{precision} instead of fp8: {gpu.id} lacks FP8 ({_hardware(gpu)}); memory and speed are "
+                     f"for {precision}")
+    if not setup.flash_attention:
+        attention = "eager"
+    elif gpu.flash_attention >= 2:
+        attention = "flash-attention-2"
+    else:
+        attention = _FUSED_ATTENTION[gpu.stack]
+        if gpu.stack in ("cuda", "rocm"):
+            notes.append(f"{attention} attention instead of FlashAttention-2, which needs Ampere or newer "
+                         f"({gpu.id}: {_hardware(gpu)}); it also never stores the seq^2 scores, but runs slower")
+    if gpu.host_arch != "x86_64":
+        notes.append(f"{gpu.id}'s host CPU is {gpu.host_arch}: {gpu.capability_notes}")
+    runs = setup if precision == setup.precision else setup.model_copy(update={"precision": precision})
+    return Runtime(runs, attention, tuple(notes))
 
 
 @dataclass
@@ -213,9 +339,31 @@ def _ladder(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, pins: Pins
         rungs.append(_Rung(f"tp{tp}+pp{shape.nodes}" if tp > 1 else f"pp{shape.nodes}", tp=tp, pp=shape.nodes))
     if n == 1:
         rungs.append(_Rung("zero2+offload-optimizer", zero=2, offload="optimizer"))
+    if pins.fsdp:
+        # FSDP's CPUOffload moves parameters and gradients together and steps the optimizer on the
+        # CPU (torch.distributed.fsdp.CPUOffload): there is no optimizer-only FSDP offload.
+        rungs.append(_Rung("fsdp+offload-all", fsdp=True, offload="all"))
     rungs.append(_Rung("zero3+offload-optimizer", zero=3, offload="optimizer"))
     rungs.append(_Rung("zero3+offload-all", zero=3, offload="all"))
     return [r for r in rungs if _allowed_by_pins(r, pins)]
+
+
+def _checkpointing_order(rungs: list[_Rung], setup: TrainingSetup) -> list[tuple[_Rung, bool]]:
+    """The ladder with gradient checkpointing (recompute costs about one more forward per step).
+
+    Not given, it is tried off first and turned on only where memory needs it, in the seeds' OOM
+    order (000: smaller batch, then checkpointing, then FlashAttention, then more cards +
+    ZeRO-3/FSDP): every rung that keeps whole parameters on each GPU (DDP, ZeRO-1, ZeRO-2, which
+    cost no extra communication) without recomputation, then the same with it, then each sharding,
+    splitting or offload rung without and with it. Given, it is pinned.
+    """
+    if not setup.trains:
+        return [(r, False) for r in rungs]
+    if setup.grad_checkpointing is not None:
+        return [(r, setup.grad_checkpointing) for r in rungs]
+    whole = [r for r in rungs if not r.splits_model and r.offload == "none"]
+    rest = [r for r in rungs if r not in whole]
+    return [(r, gc) for gc in (False, True) for r in whole] + [(r, gc) for r in rest for gc in (False, True)]
 
 
 def _tp_sizes(model: ModelSpec, per_node: int) -> list[int]:
@@ -234,10 +382,23 @@ def _allowed_by_pins(rung: _Rung, pins: Pins) -> bool:
     return True
 
 
-def _setup_for(setup: TrainingSetup, rung: _Rung, n: int) -> TrainingSetup:
+def _setup_for(setup: TrainingSetup, rung: _Rung, n: int, grad_checkpointing: bool) -> TrainingSetup:
     return setup.model_copy(update={
         "gpus": n, "zero": rung.zero, "fsdp": rung.fsdp, "tensor_parallel": rung.tp,
         "pipeline_parallel": rung.pp, "offload": rung.offload,
+        "grad_checkpointing": grad_checkpointing if setup.trains else None,
+    })
+
+
+def layout_setup(setup: TrainingSetup, layout: Layout) -> TrainingSetup:
+    """The exact TrainingSetup a Layout runs (for the memory of a prescribed layout, e.g. the
+    validation run a measured peak came from)."""
+    return setup.model_copy(update={
+        "gpus": layout.total_gpus, "zero": layout.zero, "fsdp": layout.fsdp,
+        "tensor_parallel": layout.tensor_parallel, "pipeline_parallel": layout.pipeline_parallel,
+        "offload": layout.offload, "micro_batch": layout.micro_batch, "precision": layout.precision,
+        "grad_checkpointing": layout.grad_checkpointing if setup.trains else None,
+        "flash_attention": layout.attention != "eager",
     })
 
 
@@ -303,22 +464,32 @@ def _fabric_problem(shape: NodeShape) -> str | None:
 
 
 def find_layout(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, *, pins: Pins = Pins(),
-                memory_scale: float = 1.0) -> Fit | NoFit:
+                activation_scale: float = 1.0, capabilities: Capabilities | None = None) -> Fit | NoFit:
     """The first rung of the ladder that fits `shape`, or the reason none does.
 
-    `memory_scale` rescales the estimate (set from a measured validation peak: the seeds' step 2).
+    The card's capabilities come first: a stack that is not allowed, a precision or library it
+    lacks, is a NoFit("capability") naming what is missing; a cheaper honest variant (fp16 mixed
+    precision on a card without BF16, SDPA's memory-efficient attention without FlashAttention-2)
+    replaces what was asked unless the precision is pinned, and the memory is computed for what
+    runs. `activation_scale` rescales activations and loss transients only (from a measured
+    validation peak: the seeds' step 2, memory.activation_scale_for_peak).
     """
+    runtime = runtime_for(setup, shape.gpu, capabilities or pins.capabilities)
+    if isinstance(runtime, NoFit):
+        return runtime
     if problem := _fabric_problem(shape):
         return NoFit("fabric", problem)
+    runs = runtime.setup
     capacity = usable_gb(shape.gpu, shape.memory_gb)
     n = shape.total_gpus
     closest: tuple[float, _Rung, MemoryEstimate] | None = None
     needs_nvlink: _Rung | None = None
     host_short: tuple[float, _Rung] | None = None
-    for rung in _ladder(model, setup, shape, pins):
-        trial = _setup_for(setup, rung, n)
-        mem = estimate(model, trial)
-        required = mem.required_gb_per_gpu * memory_scale
+    rungs = _ladder(model, runs, shape, pins)
+    for rung, checkpointing in _checkpointing_order(rungs, runs):
+        trial = _setup_for(runs, rung, n, checkpointing)
+        mem = estimate(model, trial, activation_scale=activation_scale)
+        required = mem.required_gb_per_gpu
         if required > capacity:
             if closest is None or required < closest[0]:
                 closest = (required, rung, mem)
@@ -330,10 +501,14 @@ def find_layout(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, *, pin
         if host_needed and host_needed > _host_ram(shape) * HOST_RAM_USABLE:
             host_short = host_short or (host_needed, rung)
             continue
-        (low, mid, high), penalty = _scaling(setup, rung, shape)
-        notes = list(mem.assumptions)
-        if memory_scale != 1.0:
-            notes.append(f"memory scaled x{memory_scale:.2f} to match the measured validation peak")
+        (low, mid, high), penalty = _scaling(runs, rung, shape)
+        notes = [*runtime.notes, *mem.assumptions]
+        if runs.trains and runs.grad_checkpointing is None:
+            notes.append("gradient checkpointing on: the job does not fit this layout without recomputation"
+                         if checkpointing else "gradient checkpointing off: the job fits without recomputation")
+        if activation_scale != 1.0:
+            notes.append(f"activations scaled x{activation_scale:.2f} to match the measured validation peak "
+                         "(model states are exact and not scaled)")
         if shape.interconnect == "unknown" and n > 1:
             notes.append("interconnect not stated by the provider: treated as PCIe")
         if mem.cpu_offload_gb and shape.host_ram_gb is None:
@@ -342,11 +517,12 @@ def find_layout(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, *, pin
         layout = Layout(
             gpu=shape.gpu.id, gpus_per_node=shape.gpus_per_node, nodes=shape.nodes,
             strategy=rung.strategy, zero=rung.zero, fsdp=rung.fsdp, tensor_parallel=rung.tp,
-            pipeline_parallel=rung.pp, offload=rung.offload, micro_batch=setup.micro_batch,  # type: ignore[arg-type]
-            grad_checkpointing=setup.grad_checkpointing, precision=setup.precision,
-            attention="flash-attention-2" if setup.flash_attention else "eager", **link_fields(shape),
+            pipeline_parallel=rung.pp, offload=rung.offload, micro_batch=runs.micro_batch,  # type: ignore[arg-type]
+            grad_checkpointing=checkpointing, precision=runs.precision, attention=runtime.attention,
+            **link_fields(shape),
             required_gb_per_gpu=round(required, 2), gpu_memory_gb=round(capacity, 1),
-            scaling_efficiency=mid, scaling_low=low, scaling_high=high, penalty=penalty, notes=notes,
+            scaling_efficiency=mid, scaling_low=low, scaling_high=high, penalty=penalty,
+            notes=list(dict.fromkeys(notes)),
         )
         return Fit(layout, mem)
     if needs_nvlink is not None:
@@ -359,18 +535,23 @@ def find_layout(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, *, pin
         return NoFit("memory", f"fits only with {rung.strategy}, which needs {needed:.0f} GB of host RAM "
                                f"for the offloaded state; the node has {_host_ram(shape):.0f} GB")
     if closest is None:
+        if pins.fsdp and pins.offload == "optimizer":
+            return NoFit("memory", "FSDP offloads parameters and gradients together (CPUOffload), never the "
+                                   "optimizer alone: use --offload all with --fsdp, or --zero 3 --offload optimizer")
         return NoFit("memory", f"no layout applies to {n} x {shape.gpu.id} with the pinned options")
     required, rung, _ = closest
     where = f"{rung.strategy} over {n} GPUs" if n > 1 else rung.strategy
     extra = ""
     if host_short is not None:
         extra = f"; {host_short[1].strategy} would fit the GPU but needs {host_short[0]:.0f} GB of host RAM"
-    return NoFit("memory", f"needs {required:.1f} GB per GPU at best ({where}, incl. {setup.margin:.0%} margin); "
-                           f"{shape.gpu.id} has {capacity:.1f} GB{extra}", overshoot=required / capacity)
+    return NoFit("memory", f"needs {required:.1f} GB per GPU at best ({where}, incl. {setup.margin:.0%} margin "
+                           f"on activations and buffers); {shape.gpu.id} has {capacity:.1f} GB{extra}",
+                 overshoot=required / capacity)
 
 
 def classes_that_fit(model: ModelSpec, setup: TrainingSetup, gpus: list[GpuSpec],
-                     counts: tuple[int, ...] = (1, 2, 4, 8)) -> dict[int, list[Fit]]:
+                     counts: tuple[int, ...] = (1, 2, 4, 8), *,
+                     capabilities: Capabilities = Capabilities()) -> dict[int, list[Fit]]:
     """For `rentopt estimate`: which GPUs hold the job on 1, 2, 4 and 8 GPUs of one node.
 
     Datacenter SXM/OAM parts are assumed NVLinked; everything else talks over PCIe.
@@ -382,7 +563,8 @@ def classes_that_fit(model: ModelSpec, setup: TrainingSetup, gpus: list[GpuSpec]
             if n > gpu.max_gpus_per_node:
                 continue
             link: Interconnect = "nvlink" if (gpu.has_nvlink and gpu.form_factor in ("SXM", "OAM")) else "pcie"
-            result = find_layout(model, setup, NodeShape(gpu=gpu, gpus_per_node=n, interconnect=link))
+            result = find_layout(model, setup, NodeShape(gpu=gpu, gpus_per_node=n, interconnect=link),
+                                 capabilities=capabilities)
             if isinstance(result, Fit):
                 fits.append(result)
         out[n] = fits

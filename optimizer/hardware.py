@@ -23,7 +23,7 @@ import math
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -61,6 +61,9 @@ _SPEC_FIELDS = frozenset(GpuSpec.model_fields)
 _ALLOWED_KEYS = (_SPEC_FIELDS - {"gpu_class"}) | {"class"}
 # GpuSpec fields that are required but may be null: TOML has no null, so a missing key means None.
 _NULLABLE_REQUIRED = ("bf16_tflops", "fp16_tflops", "nvlink_gbps")
+# What a job can run on the card: every record states these (GpuSpec's defaults are not a
+# statement about a card), and CUDA records also their compute capability.
+CAPABILITY_KEYS = ("bf16", "fp8", "flash_attention", "stack", "host_arch", "bitsandbytes")
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,6 +173,11 @@ def _spec_from_record(record: Mapping[str, Any], position: int) -> GpuSpec:
     unknown = sorted(set(record) - _ALLOWED_KEYS)
     if unknown:
         raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    missing = [key for key in CAPABILITY_KEYS if key not in record]
+    if record.get("stack", "cuda") == "cuda" and "compute_capability" not in record:
+        missing.append("compute_capability")
+    if missing:
+        raise ValueError(f"{where}: capability field(s) missing: {', '.join(missing)}")
     fields = {("gpu_class" if key == "class" else key): value for key, value in record.items()}
     for key in _NULLABLE_REQUIRED:
         fields.setdefault(key, None)
@@ -184,6 +192,14 @@ def _spec_from_record(record: Mapping[str, Any], position: int) -> GpuSpec:
         raise ValueError(f"{where}: memory_gb and memory_bandwidth_gbps must be positive")
     if not spec.sources:
         raise ValueError(f"{where}: every record needs at least one source")
+    if spec.flash_attention not in (0, 2, 3):
+        raise ValueError(f"{where}: flash_attention must be 0, 2 or 3 (the FlashAttention generation)")
+    if spec.bf16 != (spec.bf16_tflops is not None) or spec.fp8 != (spec.fp8_tflops is not None):
+        raise ValueError(f"{where}: bf16/fp8 must agree with bf16_tflops/fp8_tflops")
+    keys = {canonical_key(a) for a in spec.ambiguous_aliases}
+    stray = [a for a in spec.sheet_default_for if canonical_key(a) not in keys]
+    if stray:
+        raise ValueError(f"{where}: sheet_default_for {', '.join(stray)} must be among its ambiguous_aliases")
     return spec
 
 
@@ -229,12 +245,14 @@ def select_gpus(gpu_class: str | None = None, min_memory_gb: float | None = None
 class AliasIndex:
     exact: Mapping[str, str]  # canonical key -> id
     ambiguous: Mapping[str, tuple[str, ...]]  # canonical key -> candidate ids, catalog order
+    sheet_defaults: Mapping[str, str] = field(default_factory=dict)  # ambiguous key -> the bare name's default id
 
 
 def build_alias_index(specs: Iterable[GpuSpec]) -> AliasIndex:
     """Canonical key -> id(s). Raises ValueError when a key names two records or is both kinds."""
     exact: dict[str, str] = {}
     ambiguous: dict[str, list[str]] = {}
+    defaults: dict[str, str] = {}
     for spec in specs:
         for alias in (spec.id, *spec.aliases):
             key = canonical_key(alias)
@@ -247,13 +265,17 @@ def build_alias_index(specs: Iterable[GpuSpec]) -> AliasIndex:
             ids = ambiguous.setdefault(canonical_key(alias), [])
             if spec.id not in ids:
                 ids.append(spec.id)
+        for alias in spec.sheet_default_for:
+            owner = defaults.setdefault(canonical_key(alias), spec.id)
+            if owner != spec.id:
+                raise ValueError(f"{spec.id} and {owner} are both the sheet default for {alias!r}")
     both = sorted(set(exact) & set(ambiguous))
     if both:
         raise ValueError(f"GPU catalog lists {', '.join(both)} both as an alias and as ambiguous")
     single = sorted(k for k, ids in ambiguous.items() if len(ids) < 2)
     if single:
         raise ValueError(f"ambiguous alias(es) {', '.join(single)} name only one record; make them aliases")
-    return AliasIndex(exact, {k: tuple(ids) for k, ids in ambiguous.items()})
+    return AliasIndex(exact, {k: tuple(ids) for k, ids in ambiguous.items()}, defaults)
 
 
 @lru_cache(maxsize=1)
@@ -297,15 +319,24 @@ def _lookup_keys(words: list[str]) -> list[tuple[str, bool]]:
 
 
 def normalise(
-    raw_name: str, memory_hint_gb: float | None = None, *, form_factor_hint: str | None = None
+    raw_name: str, memory_hint_gb: float | None = None, *, form_factor_hint: str | None = None,
+    interconnect_hint: str | None = None, sheet_defaults: bool = False,
 ) -> GpuMatch:
     """Map a provider's GPU spelling to a catalog id.
 
     `memory_hint_gb` is the per-GPU memory the provider reports (GB or GiB; e.g. Vast gpu_ram / 1024);
     None, 0 or a negative/NaN value means no hint. `form_factor_hint` is "SXM", "PCIe", "NVL" or "OAM"
-    (spellings like "SXM5" are accepted). Status: "exact" when the name alone decides (memory or variant
-    written in the name count as the name), "by_memory" when a hint was needed, "ambiguous" (gpu None,
-    candidates listed) when several records remain, "unknown" (gpu None) when nothing matches.
+    (spellings like "SXM5" are accepted). `interconnect_hint` "pcie" says the GPUs talk over PCIe,
+    which no SXM/OAM part does. Status: "exact" when the name alone decides (memory or variant
+    written in the name count as the name), "by_memory" when a hint was needed, "ambiguous" (gpu
+    None, candidates listed) when several records remain, "unknown" (gpu None) when nothing matches.
+
+    `sheet_defaults=True` is for hand-written price sheets and catalogs that write bare names
+    (SkyPilot's "H100"): a bare name that several records share and that one record claims in
+    `sheet_default_for` resolves to that record (status "default", the other candidates listed and
+    named in the note). Provider plugins leave it off, so their normalisation stays exact. A name
+    that says PCIe never gets an SXM default: the default is only taken among the candidates the
+    name and the hints leave.
 
     >>> normalise("NVIDIA GeForce RTX 4090").gpu
     'RTX-4090-24GB'
@@ -314,9 +345,14 @@ def normalise(
     ('A100-SXM4-80GB', 'by_memory')
     >>> normalise("H100", 80).status
     'ambiguous'
+    >>> m = normalise("H100", sheet_defaults=True)
+    >>> m.gpu, m.status
+    ('H100-SXM-80GB', 'default')
     """
     memory_hint = memory_hint_gb if memory_hint_gb and math.isfinite(memory_hint_gb) and memory_hint_gb > 0 else None
     hint_variant = form_factor_of(form_factor_hint) if form_factor_hint else None
+    if interconnect_hint not in (None, "nvlink", "pcie", "unknown"):
+        raise ValueError(f"unknown interconnect {interconnect_hint!r}; use nvlink, pcie or unknown")
     words = name_tokens(raw_name)
     if not words:
         return GpuMatch(raw=raw_name, gpu=None, status="unknown", note="empty GPU name")
@@ -324,6 +360,7 @@ def normalise(
     # A name stating two memories or two variants is only trusted as a literal alias.
     keys = [("".join(words), False)] if facts.contradictory else _lookup_keys(words)
     index, catalog = _index(), _packaged_catalog()
+    hints = _Hints(memory_hint, hint_variant, interconnect_hint == "pcie")
     for key, facts_stripped in keys:
         if key in index.exact:
             spec = catalog[index.exact[key]]
@@ -332,9 +369,30 @@ def normalise(
                                 note=f"the name says {facts.variant} but {spec.id} is {variant_of(spec)}")
             return _exact(raw_name, spec, facts.memory_gb if facts_stripped else None, memory_hint, hint_variant)
         if key in index.ambiguous:
-            return _choose(raw_name, [catalog[i] for i in index.ambiguous[key]], facts, memory_hint, hint_variant)
+            defaults = _defaults_for(key, index) if sheet_defaults else {}
+            return _choose(raw_name, [catalog[i] for i in index.ambiguous[key]], facts, hints, defaults)
     note = "the name states two memory sizes or variants" if facts.contradictory else "no catalog alias matches this name"
     return GpuMatch(raw=raw_name, gpu=None, status="unknown", note=note)
+
+
+@dataclass(frozen=True)
+class _Hints:
+    """What an offer says besides the name: per-GPU memory, form factor, and a PCIe-only link."""
+
+    memory_gb: float | None
+    variant: str | None
+    pcie_link: bool  # the GPUs talk over PCIe: not an SXM/OAM part (those always sit on NVLink/fabric)
+
+    def admit(self, spec: GpuSpec) -> bool:
+        if self.pcie_link and spec.form_factor in ("SXM", "OAM"):
+            return False
+        return _consistent(spec, self.variant, self.memory_gb)
+
+    def used(self) -> str:
+        parts = [f"memory hint {self.memory_gb:g} GB" if self.memory_gb is not None else "",
+                 f"form-factor hint {self.variant}" if self.variant is not None else "",
+                 "interconnect pcie" if self.pcie_link else ""]
+        return " and ".join(p for p in parts if p)
 
 
 def _consistent(spec: GpuSpec, variant: str | None, memory_gb: float | None) -> bool:
@@ -353,26 +411,62 @@ def _exact(raw: str, spec: GpuSpec, name_memory: float | None, memory_hint: floa
     return GpuMatch(raw=raw, gpu=spec.id, status="exact", note="; ".join(notes))
 
 
-def _choose(raw: str, candidates: list[GpuSpec], facts: _NameFacts, memory_hint: float | None,
-            hint_variant: str | None) -> GpuMatch:
+def _defaults_for(key: str, index: AliasIndex) -> dict[tuple[str, ...], str]:
+    """Sheet defaults that may settle `key`: its own (whatever the hints leave, if it is among
+    them), and those of other bare names, each for exactly the cards that name means ("A100" with
+    gpu_memory_gb 80 leaves what "A100 80GB" means, so it reads the same)."""
+    out = {index.ambiguous[k]: gpu for k, gpu in index.sheet_defaults.items() if k != key}
+    if key in index.sheet_defaults:
+        out[()] = index.sheet_defaults[key]
+    return out
+
+
+def _choose(raw: str, candidates: list[GpuSpec], facts: _NameFacts, hints: _Hints,
+            defaults: Mapping[tuple[str, ...], str]) -> GpuMatch:
     named = [c for c in candidates if _consistent(c, facts.variant, facts.memory_gb)]
     if not named:
         return GpuMatch(raw=raw, gpu=None, status="unknown",
                         note=f"none of {', '.join(c.id for c in candidates)} matches the memory or variant in the name")
     if len(named) == 1:
         return GpuMatch(raw=raw, gpu=named[0].id, status="exact")
-    hinted = [c for c in named if _consistent(c, hint_variant, memory_hint)]
+    hinted = [c for c in named if hints.admit(c)]
     ids = tuple(c.id for c in named)
     if len(hinted) == 1:
-        used = [f"memory hint {memory_hint:g} GB" if memory_hint is not None else "",
-                f"form-factor hint {hint_variant}" if hint_variant is not None else ""]
         return GpuMatch(raw=raw, gpu=hinted[0].id, status="by_memory", candidates=ids,
-                        note=f"chosen among {', '.join(ids)} by {' and '.join(u for u in used if u)}")
+                        note=f"chosen among {', '.join(ids)} by {hints.used()}")
     if not hinted:
         return GpuMatch(raw=raw, gpu=None, status="ambiguous", candidates=ids,
                         note="the memory/form-factor hints match none of the candidates")
-    return GpuMatch(raw=raw, gpu=None, status="ambiguous", candidates=tuple(c.id for c in hinted),
+    left = tuple(c.id for c in hinted)
+    default = defaults.get(()) if defaults.get(()) in left else defaults.get(left)
+    if default in left:
+        others = [i for i in left if i != default]
+        return GpuMatch(raw=raw, gpu=default, status="default", candidates=left,
+                        note=f"{raw!r} read as {default}, the variant a bare name means on price sheets "
+                             f"(`rentopt gpus --names`); if it is {_or_list(others)}, give form_factor or gpu_memory_gb")
+    return GpuMatch(raw=raw, gpu=None, status="ambiguous", candidates=left,
                     note="several catalog GPUs share this name; pass a memory or form-factor hint")
+
+
+def spellings() -> list[dict[str, Any]]:
+    """Every spelling the catalog knows, once per canonical key, with the id(s) it maps to and how
+    (for `rentopt gpus --names`)."""
+    index, rows, seen = _index(), [], set()
+    for spec in all_gpus():
+        for alias in (spec.id, *spec.aliases, *spec.ambiguous_aliases):
+            key = canonical_key(alias)
+            if key in seen:
+                continue
+            seen.add(key)
+            if key in index.exact:
+                rows.append({"spelling": alias, "ids": [index.exact[key]], "how": "exact"})
+                continue
+            ids = list(index.ambiguous[key])
+            default = index.sheet_defaults.get(key)
+            how = "ambiguous: needs memory or form factor" + (
+                f"; price sheets read it as {default}" if default else "; price sheets too")
+            rows.append({"spelling": alias, "ids": ids, "how": how, "sheet_default": default})
+    return rows
 
 
 # --------------------------------------------------------------------------------------------

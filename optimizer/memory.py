@@ -21,9 +21,11 @@ the next forward runs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from rentopt.optimizer.models import MemoryBreakdown, MemoryEstimate, ModelSpec, TrainingSetup
+from rentopt.optimizer.errors import InputError
+from rentopt.optimizer.models import GpuSpec, MemoryBreakdown, MemoryEstimate, ModelSpec, TrainingSetup
 
 GB = 1e9
 
@@ -128,6 +130,7 @@ class _Bytes:
     logits: float = 0.0  # loss path transient at the end of forward
     buffers: float = 0.0  # DDP buckets, dequantisation, ZeRO reduce buckets
     backward_gathered: float = 0.0  # parameters left unsharded by the end of backward (frozen FSDP units)
+    grads_in_forward: bool = True  # gradient accumulation: earlier micro-steps' gradients live through forward
     cpu_offload: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -145,7 +148,14 @@ class _Bytes:
     def peak(self) -> float:
         # The forward/backward boundary holds every saved activation and the loss; the end of
         # backward holds whatever sharded training failed to release, with activations freed.
-        return self.states + self.buffers + max(self.activations + self.logits, self.backward_gathered)
+        if self.grads_in_forward:
+            return self.states + self.buffers + max(self.activations + self.logits, self.backward_gathered)
+        # Without gradient accumulation the gradients are created during backward while the saved
+        # activations are freed layer by layer, so what is alive moves from (activations + loss) at
+        # the end of forward to the gradients at the end of backward (zero_grad(set_to_none=True)
+        # freed the last step's): the peak is the larger end.
+        fixed = self.weights + self.gathered + self.optimizer + self.buffers
+        return fixed + max(self.activations + self.logits, self.gradients, self.backward_gathered)
 
 
 @dataclass(frozen=True)
@@ -226,6 +236,11 @@ def _weights(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Byt
     tp_pp = setup.tensor_parallel * setup.pipeline_parallel
     if setup.mode == "full":
         resident = P * prec.weight / tp_pp
+        if setup.fsdp and prec.master:
+            # FSDP mixed precision keeps only the fp32 shard (the master copy, counted with the
+            # optimizer) and casts it to 16 bits as it all-gathers a unit (torch FSDP MixedPrecision
+            # / fully_shard MixedPrecisionPolicy param_dtype): no persistent 16-bit copy.
+            resident = 0.0
         if setup.precision == "fp8":
             resident += P * FP8_WEIGHT_CACHE_BYTES / tp_pp
         if _sharded(setup):
@@ -255,17 +270,21 @@ def _weights(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Byt
             frozen = _shard_or_offload(frozen, setup, out)
             out.gathered += _gathered_bytes(model, setup, prec.weight, trainable=False, out=out)
         elif setup.fsdp:
-            # FSDP shards the frozen base between steps and re-gathers each unit for compute, but a
-            # unit whose flat parameter needs no gradient never gets the post-backward reshard, so
-            # by the end of backward every frozen unit is unsharded next to its shard
-            # (pytorch/pytorch#91165; PEFT README: FSDP with mostly frozen parameters can use more
-            # memory). Measured: LitGPT Llama-2 LoRA under FSDP, 7B on 2 x A100 22.18 GB vs 21.30
-            # on one; 13B on 4 x A100 35.57 GB vs 38.12 on one (tutorials/resource-tables.md).
-            out.backward_gathered += frozen
+            # Modern FSDP reshards a frozen unit once its input gradients are computed: FSDP1 since
+            # pytorch/pytorch#101982 (a multi-grad hook on the unit's inputs), FSDP2 fully_shard
+            # always; torchtune and Accelerate with PEFT's separate wrap policy for trainable and
+            # frozen parameters use it. Measured: torchtune Llama-3.1-70B LoRA on 8 x A100 27.6 GiB
+            # per GPU (README), PEFT's Llama-2-70B LoRA on 8 x H100 72-80 GB (docs accelerate/fsdp.md),
+            # far below the 140 GB base. Before that, a unit whose flat parameter needs no gradient
+            # never got the post-backward reshard (pytorch/pytorch#95805), so by the end of backward
+            # every frozen unit was unsharded next to its shard: LitGPT's 2023 FSDP tables, 7B on
+            # 2 x A100 22.18 GB vs 21.30 on one (tutorials/resource-tables.md). --fsdp-frozen-unsharded
+            # models that.
+            if setup.fsdp_frozen_unsharded:
+                out.backward_gathered += frozen
+                out.notes.append("LoRA under FSDP without frozen resharding: the end of backward holds the whole base")
             frozen = _shard_or_offload(frozen, setup, out)
             out.gathered += _gathered_bytes(model, setup, prec.weight, trainable=False, out=out)
-            out.notes.append("LoRA under FSDP: frozen units stay unsharded after their backward (no reshard "
-                             "without gradients), so the end of backward holds the whole base")
         out.weights += frozen
     else:  # inference
         out.weights += _inference_weights(model, setup) / tp_pp
@@ -281,7 +300,9 @@ def _shard_or_offload(resident: float, setup: TrainingSetup, out: _Bytes) -> flo
     """Parameters sharded over the data-parallel group (ZeRO-3/FSDP), or moved to host memory
     entirely with --offload all (ZeRO-3 offload_param, FSDP CPUOffload)."""
     if setup.offload == "all":
-        out.cpu_offload += resident
+        # Each rank offloads only its own shard (ZeRO-3 partitions before offload_param; FSDP
+        # shards, then CPUOffload moves the shard).
+        out.cpu_offload += resident / setup.data_parallel
         return 0.0
     return resident / setup.data_parallel
 
@@ -315,6 +336,18 @@ def _gathered_bytes(model: ModelSpec, setup: TrainingSetup, bytes_per_param: flo
         gathered = max(live, 2 * block) * bytes_per_param
     else:
         gathered = 2 * block * bytes_per_param
+        # The root unit (embeddings, final norm, lm_head: everything not inside a wrapped block)
+        # is not resharded after forward, since backward needs it first (torch fully_shard docs:
+        # the root's reshard_after_forward is set to False; FSDP1's root likewise), so it stays
+        # gathered through the step. Embeddings and lm_head stay 16-bit under QLoRA.
+        root = (model.embedding_params + model.lm_head_params + model.hidden) / setup.tensor_parallel
+        gathered += root * max(bytes_per_param, 2)
+        out.notes.append("FSDP: the root unit (embeddings, lm_head) stays gathered from forward to backward")
+    if setup.offload == "all" and setup.data_parallel > 1:
+        # CPU offload copies a unit's shard to the GPU before its all-gather (torch FSDP CPUOffload;
+        # FSDP2 CPUOffloadPolicy, pytorch/pytorch#120256: "one H2D copy for each parameter before
+        # all-gather"): the two gathered blocks' shards.
+        gathered += 2 * block * bytes_per_param / setup.data_parallel
     if trainable:
         gathered += block * 2  # the block's unsharded 16-bit gradient before reduce-scatter
     return gathered
@@ -360,6 +393,12 @@ def _gradients_and_optimizer(model: ModelSpec, setup: TrainingSetup, prec: _Prec
             # torchtune optimizer_in_bwd: each parameter steps as its gradient arrives, so the full
             # gradient buffer never exists; one block's gradients are transient.
             grads = min(grads, model.block_params * grad)
+        elif setup.fsdp and setup.offload == "all":
+            # FSDP CPUOffload keeps the sharded gradients on the CPU (each is copied out after its
+            # reduce-scatter) and steps the optimizer there (torch.distributed.fsdp.CPUOffload).
+            out.cpu_offload += grads / dp
+            grads = 0.0
+            out.notes.append("FSDP CPU offload: parameters, gradients and the optimizer step on the CPU")
         elif setup.zero >= 2 or setup.fsdp:
             grads /= dp
         elif dp > 1 and setup.zero == 0 and not adapters:
@@ -413,7 +452,7 @@ def _activations(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: 
     per_layer = _layer_activation_bytes(model, setup, act)
     if setup.mode == "qlora":
         per_layer += QLORA_SAVED_INPUT_BYTES * s * b * model.hidden / setup.tensor_parallel
-    if setup.grad_checkpointing:
+    if setup.grad_checkpointing is not False:  # None (not given) is counted as on; see TrainingSetup
         # Layer inputs kept for every layer; one layer rebuilt during backward, plus the gradient
         # flowing through it (same size as its input).
         saved = layers_here * 2 * s * b * model.hidden * (act / 2) + per_layer
@@ -462,15 +501,19 @@ def _checkpoint_bytes(model: ModelSpec, setup: TrainingSetup) -> float:
     return 0.0
 
 
-def _breakdown(model: ModelSpec, setup: TrainingSetup) -> _Bytes:
+def _breakdown(model: ModelSpec, setup: TrainingSetup, activation_scale: float = 1.0) -> _Bytes:
     prec = _precision(setup)
     out = _Bytes()
     _weights(model, setup, prec, out)
     if setup.trains:
         _gradients_and_optimizer(model, setup, prec, out)
         _activations(model, setup, prec, out)
+        out.grads_in_forward = setup.grad_accumulation
     else:
         _inference_activations(model, setup, out)
+    if activation_scale != 1.0:
+        out.activations *= activation_scale
+        out.logits *= activation_scale
     return out
 
 
@@ -489,14 +532,40 @@ def model_states_gb(model: ModelSpec, setup: TrainingSetup) -> float:
     return (out.weights + gathered + out.gradients + out.optimizer) / GB
 
 
-def estimate(model: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
-    """The memory estimate for `model` under `setup` (per GPU)."""
-    parts = _breakdown(model, setup)
+@dataclass(frozen=True)
+class _Views:
+    allocated: float
+    reserved: float
+    device: float
+    states: float  # exactly known: resident weights, gradients and optimizer state
+    required: float
+
+
+def _views(parts: _Bytes, setup: TrainingSetup) -> _Views:
     allocated = parts.peak
     reserved = allocated + ALLOCATOR_SLACK * parts.transient
     context = CUDA_CONTEXT_GB * GB + (NCCL_BUFFERS_GB * GB if setup.gpus > 1 else 0.0)
     device = reserved + context
-    required = device * (1 + setup.margin)
+    # The safety margin covers what is uncertain (activations, loss transients, gathered buffers,
+    # allocator slack, CUDA context); resident weights, gradients and optimizer state are known to
+    # the byte (ZeRO paper 16 B/param accounting), so margining them only rejects jobs that fit:
+    # the QLoRA paper fine-tunes LLaMA-65B on one 48 GB card (arXiv:2305.14314).
+    states = parts.weights + parts.gradients + parts.optimizer
+    required = states + (device - states) * (1 + setup.margin)
+    return _Views(allocated, reserved, device, states, required)
+
+
+def estimate(model: ModelSpec, setup: TrainingSetup, *, activation_scale: float = 1.0) -> MemoryEstimate:
+    """The memory estimate for `model` under `setup` (per GPU).
+
+    `activation_scale` rescales only the activations and the loss transient (and the allocator
+    slack that follows them), e.g. to match a measured validation peak (activation_scale_for_peak);
+    model states are known exactly and never scaled.
+    """
+    if not (math.isfinite(activation_scale) and activation_scale >= 0):
+        raise ValueError(f"activation_scale must be a finite number >= 0, got {activation_scale!r}")
+    parts = _breakdown(model, setup, activation_scale)
+    v = _views(parts, setup)
 
     # The breakdown sums to the device view: activations include the logits/loss transient;
     # overhead is buffers + allocator slack + CUDA context.
@@ -506,24 +575,80 @@ def estimate(model: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
         gradients=_r(parts.gradients),
         optimizer=_r(parts.optimizer),
         activations=_r(parts.activations + parts.logits),
-        overhead=_r(parts.buffers + (device - allocated)),
+        overhead=_r(parts.buffers + (v.device - v.allocated)),
     )
-    assumptions = list(dict.fromkeys(_assumptions(model, setup) + parts.notes))
+    notes = _assumptions(model, setup) + parts.notes
+    if activation_scale != 1.0:
+        notes.append(f"activations and loss transients scaled x{activation_scale:.2f} (from a measured peak); "
+                     "model states are not scaled")
     return MemoryEstimate(
         model=model.name,
         params_b=round(model.total_params / 1e9, 3),
         trainable_params_b=round(trainable_params(model, setup) / 1e9, 4),
-        peak_gb_per_gpu=_r(allocated),
-        reserved_gb_per_gpu=_r(reserved),
-        device_gb_per_gpu=_r(device),
-        required_gb_per_gpu=_r(required),
+        peak_gb_per_gpu=_r(v.allocated),
+        reserved_gb_per_gpu=_r(v.reserved),
+        device_gb_per_gpu=_r(v.device),
+        required_gb_per_gpu=_r(v.required),
+        states_gb_per_gpu=_r(v.states),
         margin=setup.margin,
         breakdown_gb=breakdown,
         checkpoint_gb=_r(_checkpoint_bytes(model, setup)),
         model_files_gb=_r(model.total_params * 2),
         cpu_offload_gb=_r(parts.cpu_offload),
-        assumptions=assumptions,
+        assumptions=list(dict.fromkeys(notes)),
     )
+
+
+# A measured peak above the card's label (GiB) by more than this cannot have come from that card.
+MEASURED_OVER_CARD = 1.02
+
+
+def activation_scale_for_peak(model: ModelSpec, setup: TrainingSetup, measured_peak_gb: float, *,
+                              gpu: GpuSpec | None = None) -> float:
+    """The activation scale that makes the estimate for `setup` (the exact layout the measurement
+    ran on) show `measured_peak_gb` in the device view (what nvidia-smi reports, GB = 1e9 B).
+
+    Only activations and loss transients are rescaled: weights, gradients and optimizer state are
+    known exactly, so a measurement below them is a wrong measurement or a different layout, not a
+    reason to shrink them. Raises InputError for a non-finite or non-positive value, one below the
+    layout's fixed part, or one larger than `gpu` holds.
+
+    >>> from rentopt.optimizer.models import ModelSpec, TrainingSetup
+    >>> m = ModelSpec(name="x", layers=32, hidden=4096, heads=32, kv_heads=32, intermediate=11008, vocab=32000)
+    >>> s = TrainingSetup(mode="lora", seq_len=2048)
+    >>> peak = estimate(m, s).device_gb_per_gpu
+    >>> round(activation_scale_for_peak(m, s, peak), 2)
+    1.0
+    """
+    if isinstance(measured_peak_gb, bool) or not isinstance(measured_peak_gb, (int, float)) \
+            or not math.isfinite(measured_peak_gb) or measured_peak_gb <= 0:
+        raise InputError(f"measured peak {measured_peak_gb!r} must be a positive number of GB (nvidia-smi's peak).")
+    target = measured_peak_gb * GB
+    if gpu is not None and measured_peak_gb > gpu.memory_gb * 2**30 / GB * MEASURED_OVER_CARD:
+        raise InputError(f"measured peak {measured_peak_gb:g} GB is more than {gpu.id} holds "
+                         f"({gpu.memory_gb:g} GB); give the peak of one GPU, in GB.")
+
+    def device(scale: float) -> float:
+        return _views(_breakdown(model, setup, scale), setup).device
+
+    floor = device(0.0)
+    if target < floor - 0.005 * GB:
+        states = _views(_breakdown(model, setup, 0.0), setup).states
+        raise InputError(
+            f"measured peak {measured_peak_gb:g} GB is below the {floor / GB:.1f} GB that this layout needs before "
+            f"any activation ({states / GB:.1f} GB of weights, gradients and optimizer state, known exactly, plus "
+            f"buffers and CUDA context): it was measured on another layout or GPU (say which with --measured-on), "
+            f"or it is not the device peak.")
+    low, high = 0.0, 1.0
+    while device(high) < target:
+        high *= 2
+        if high > 1e6:  # activations that cannot reach the peak: nothing to scale
+            raise InputError(f"measured peak {measured_peak_gb:g} GB cannot come from this job's activations; "
+                             "check the number and the layout it was measured on.")
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if device(mid) < target else (low, mid)
+    return high
 
 
 def _r(x: float) -> float:
@@ -534,7 +659,8 @@ def _assumptions(model: ModelSpec, setup: TrainingSetup) -> list[str]:
     out = [f"precision {setup.precision}, optimizer {setup.optimizer}, seq_len {setup.seq_len}, "
            f"micro_batch {setup.micro_batch}"]
     if setup.trains:
-        out.append("gradients counted as resident during forward (gradient accumulation)")
+        out.append("gradients counted as resident during forward (gradient accumulation)" if setup.grad_accumulation
+                   else "no gradient accumulation: gradients exist only from backward on")
         out.append("chunked cross-entropy: fp32 log-softmax kept per chunk" if setup.chunked_loss else
                    "HF-style loss: 16-bit logits + fp32 up-cast, log-softmax and its gradient (--chunked-loss needs less)")
     if setup.mode in ("lora", "qlora"):

@@ -22,6 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 GpuClass = Literal["datacenter", "workstation", "consumer"]
+# The vendor software stack a card needs: kernels, wheels and collectives differ per stack.
+SoftwareStack = Literal["cuda", "rocm", "gaudi", "ascend"]
+HostArch = Literal["x86_64", "aarch64"]
+# How well bitsandbytes (QLoRA's NF4 base, 8-bit optimizers) runs on the card's stack.
+Bitsandbytes = Literal["supported", "limited", "unsupported"]
 
 
 class GpuSpec(BaseModel):
@@ -50,9 +55,22 @@ class GpuSpec(BaseModel):
     max_gpus_per_node: int = 8
     aliases: tuple[str, ...] = ()
     ambiguous_aliases: tuple[str, ...] = ()
+    # Ambiguous names this record is what a bare name means on a hand-written sheet or catalog
+    # ("H100" -> the SXM card, as SkyPilot and gpuhunt read it); only with sheet_defaults=True.
+    sheet_default_for: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     confidence: str = "high"
     notes: str = ""
+    # What a job can run on the card (data/gpus.toml states every one of these for every record,
+    # with its source; the catalog loader refuses a record that leaves one out):
+    compute_capability: str | None = None  # NVIDIA "major.minor" (8.0 = A100); None off CUDA
+    bf16: bool = True  # BF16 arithmetic (NVIDIA: Ampere, compute capability 8.0, and newer)
+    fp8: bool = False  # FP8 tensor cores usable for training (Ada, Hopper, Blackwell, MI300, Gaudi2)
+    flash_attention: int = 0  # newest FlashAttention generation with kernels for it: 0, 2 or 3
+    stack: SoftwareStack = "cuda"
+    host_arch: HostArch = "x86_64"  # the host CPU the card comes with (GH200: Grace, aarch64)
+    bitsandbytes: Bitsandbytes = "supported"
+    capability_notes: str = ""  # what the capability fields leave out (limits, versions)
 
     @property
     def has_nvlink(self) -> bool:
@@ -72,7 +90,9 @@ class GpuSpec(BaseModel):
         return self.bf16_tflops or self.fp16_tflops or self.fp32_tflops or 0.0
 
 
-GpuMatchStatus = Literal["exact", "by_memory", "ambiguous", "unknown"]
+# "default": a bare name that several records share ("H100"), read as the variant the field means
+# by it (hardware.normalise with sheet_defaults=True, for hand-written sheets and catalogs).
+GpuMatchStatus = Literal["exact", "by_memory", "default", "ambiguous", "unknown"]
 
 
 class GpuMatch(BaseModel):
@@ -111,6 +131,10 @@ class ModelSpec(BaseModel):
     num_experts: int = 1
     experts_per_token: int = 1
     params: int | None = None  # total parameter count when the source states it
+    # Context: the positions the model was trained for (config.json max_position_embeddings) and a
+    # RoPE scaling factor the user configured on top of it (YaRN, linear, dynamic); None: none.
+    max_positions: int | None = None
+    rope_scaling: float | None = None
     source: str = ""
     notes: tuple[str, ...] = ()
 
@@ -229,16 +253,26 @@ class TrainingSetup(BaseModel):
     gpus: int = Field(1, gt=0)
     zero: int = Field(0, ge=0, le=3)
     fsdp: bool = False
+    # FSDP that keeps a frozen LoRA base unsharded from its backward to the end of backward (FSDP
+    # before the frozen-parameter reshard, pytorch/pytorch#95805; measured in LitGPT's 2023 tables).
+    # Modern FSDP (FSDP2 fully_shard, torchtune, Accelerate with a separate wrap policy) reshards.
+    fsdp_frozen_unsharded: bool = False
     offload: Offload = "none"
-    # Seeds (000, 002): long-sequence training almost always turns on checkpointing and
-    # FlashAttention; both are the first rungs of the OOM ladder, so they are the defaults.
-    grad_checkpointing: bool = True
+    # Gradient checkpointing: None = not given, so feasibility turns it on only where memory
+    # needs it (the seeds' OOM ladder: smaller batch, then checkpointing, then more cards + ZeRO-3);
+    # memory.estimate counts None as on. True/False pin it.
+    grad_checkpointing: bool | None = None
+    # FlashAttention (or another fused kernel that never stores the seq^2 scores); the seeds turn it on.
     flash_attention: bool = True
     lora_rank: int = Field(16, gt=0)
     lora_targets: tuple[str, ...] = ALL_LINEAR
     precision: Precision = "bf16-mixed"
     optimizer: OptimizerName = "adamw"
     optimizer_in_backward: bool = False
+    # Gradient accumulation (the usual way to a useful batch at micro-batch 1): the previous
+    # micro-steps' gradients are alive while the next forward runs. Off: one optimizer step per
+    # micro-batch, so gradients only exist from backward on (torchtune's tables run so).
+    grad_accumulation: bool = True
     tensor_parallel: int = Field(1, gt=0)
     pipeline_parallel: int = Field(1, gt=0)
     quant: Quant = "none"
@@ -310,7 +344,8 @@ class MemoryEstimate(BaseModel):
     peak_gb_per_gpu: float  # torch.cuda.max_memory_allocated, GB = 1e9 B
     reserved_gb_per_gpu: float  # what the caching allocator holds
     device_gb_per_gpu: float  # what nvidia-smi shows (+ CUDA context)
-    required_gb_per_gpu: float  # device view + safety margin: the feasibility threshold
+    required_gb_per_gpu: float  # device view + safety margin on its uncertain part: the feasibility threshold
+    states_gb_per_gpu: float = 0.0  # resident weights + gradients + optimizer state: exact, never margined
     margin: float
     breakdown_gb: MemoryBreakdown
     checkpoint_gb: float  # one resumable checkpoint on disk
@@ -552,7 +587,7 @@ class Layout(BaseModel):
 
 
 RejectReason = Literal[
-    "memory", "interconnect", "fabric", "gpu", "price", "availability", "max_duration",
+    "memory", "capability", "interconnect", "fabric", "gpu", "price", "availability", "max_duration",
     "deadline", "budget", "currency", "dominated",
 ]
 

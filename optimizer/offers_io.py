@@ -14,8 +14,10 @@ region, spot (yes/no), max_days, the platform's stop rules (stopped_bills: stora
 nothing, what a stopped instance keeps paying; stopped_max_days, after which a stopped instance
 is wiped; free_disk_gb, disk included in the price) and, so that `--format csv` output reads back unchanged,
 gpu_memory_gb, fetched_at and source. `gpu` is a catalog id or any name `rentopt gpus` knows;
-its memory comes from the catalog unless gpu_memory_gb says otherwise. fetched_at defaults to
-the file's modification time and source to the file's path.
+its memory comes from the catalog unless gpu_memory_gb says otherwise. A bare name several cards
+share reads as the usual variant (H100 and H200 as SXM, `rentopt gpus --names`), narrowed first by
+gpu_memory_gb, form_factor (SXM|PCIe|NVL|OAM) and interconnect; the offer's extra.gpu_note says so.
+fetched_at defaults to the file's modification time and source to the file's path.
 
 Prices follow the project rule (models.py): a compute price of 0 is an error, never "free";
 leave the cell empty when unknown. Storage and transfer prices of 0 are taken as written (free),
@@ -35,14 +37,14 @@ from typing import Any, TextIO
 from pydantic import TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import OffersFileError
-from rentopt.optimizer.models import UNIT_HOURS, Offer, PriceOption, PriceUnit
+from rentopt.optimizer.models import UNIT_HOURS, GpuMatch, Offer, PriceOption, PriceUnit
 
 # The CSV format, as explicit field lists (a new Offer field must not silently change it).
 REQUIRED_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "currency")
 PRICE_COLUMNS = {"price_hour": PriceUnit.HOUR, "price_day": PriceUnit.DAY,
                  "price_week": PriceUnit.WEEK, "price_month": PriceUnit.MONTH}
 OPTIONAL_COLUMNS = ("price_day", "price_week", "price_month", "storage_gb_month", "egress_gb", "ingress_gb",
-                    "interconnect", "region", "spot", "max_days", "stopped_bills", "stopped_max_days",
+                    "interconnect", "form_factor", "region", "spot", "max_days", "stopped_bills", "stopped_max_days",
                     "free_disk_gb", "gpu_memory_gb", "fetched_at", "source")
 CSV_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "price_day", "price_week", "price_month",
                "currency", "storage_gb_month", "egress_gb", "ingress_gb", "interconnect", "region", "spot",
@@ -231,7 +233,7 @@ class _Row:
 
 
 def _offer_from_row(row: _Row, fetched_at: datetime, source: str) -> Offer:
-    from rentopt.optimizer.hardware import get_gpu, normalise
+    from rentopt.optimizer.hardware import get_gpu
 
     spot = row.boolean("spot")
     options = []
@@ -243,11 +245,12 @@ def _offer_from_row(row: _Row, fetched_at: datetime, source: str) -> Offer:
         raise row.error("price_hour", f"no price on this line; fill in at least one of {', '.join(PRICE_COLUMNS)}")
     gpu_raw = row.text("gpu", required=True) or ""
     memory = row.number("gpu_memory_gb")
-    match = normalise(gpu_raw, memory)
+    match = _sheet_gpu(row, gpu_raw, memory)
     if memory is None:
         if match.gpu is None:
             known = f"could be {', '.join(match.candidates)}" if match.candidates else "no catalog GPU has this name"
-            raise row.error("gpu", f"{gpu_raw!r}: {known}; use an id from `rentopt gpus`, or give gpu_memory_gb")
+            raise row.error("gpu", f"{gpu_raw!r}: {known}; use an id from `rentopt gpus`, or give gpu_memory_gb "
+                                   "or form_factor")
         memory = get_gpu(match.gpu).memory_gb
     currency = (row.text("currency", required=True) or "").upper()
     if len(currency) != 3 or not currency.isalpha():
@@ -277,12 +280,31 @@ def _offer_from_row(row: _Row, fetched_at: datetime, source: str) -> Offer:
         "fetched_at": row.timestamp("fetched_at") or fetched_at,
         "source": row.text("source") or source,
     }
+    if match.status == "default":  # a bare name read as the usual variant: the offer says so
+        fields["extra"] = {"gpu_note": match.note, "gpu_candidates": list(match.candidates)}
     try:
         return Offer(**fields)
     except ValidationError as exc:
         err = exc.errors()[0]
         column = ".".join(str(p) for p in err.get("loc", ())) or "offer"
         raise row.error(column, err.get("msg", "invalid").removeprefix("Value error, ")) from None
+
+
+def _sheet_gpu(row: _Row, gpu_raw: str, memory: float | None) -> GpuMatch:
+    """A hand-written sheet's GPU: names people copy from a provider's page ("H100", "A100 80GB")
+    read as the usual variant (hardware.normalise sheet_defaults), narrowed first by the line's
+    memory, form_factor and interconnect cells."""
+    from rentopt.optimizer.hardware import form_factor_of, normalise
+
+    form_factor = row.text("form_factor")
+    if form_factor is not None:
+        try:
+            form_factor_of(form_factor)
+        except ValueError:
+            raise row.error("form_factor", f"{form_factor!r} must be SXM, PCIe, NVL or OAM") from None
+    link = (row.text("interconnect") or "unknown").lower()
+    return normalise(gpu_raw, memory, form_factor_hint=form_factor,
+                     interconnect_hint=link if link in ("nvlink", "pcie") else None, sheet_defaults=True)
 
 
 def check_unique(offers: Iterable[Offer], name: str) -> None:

@@ -51,7 +51,7 @@ from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, find_layout
 from rentopt.optimizer.hardware import get_gpu, resolve_user_gpu
-from rentopt.optimizer.memory import estimate
+from rentopt.optimizer.memory import activation_scale_for_peak, estimate
 from rentopt.optimizer.models import (
     BillingLine,
     GpuSpec,
@@ -228,7 +228,7 @@ class _Prepared:
 
     train_memory: MemoryEstimate
     validate_setup: TrainingSetup
-    memory_scale: float
+    activation_scale: float
     disk_gb: Decimal  # base weights + data + kept checkpoints
     validate_disk_gb: Decimal  # base weights + data + one checkpoint
     import_gb: Decimal  # what a fresh instance downloads: base weights + data
@@ -250,17 +250,19 @@ def _prepare(req: QuoteRequest) -> _Prepared:
     if req.measured_peak_gb is not None:
         # Seeds (000, step 2): size the real run from the peak measured during validation. The
         # validation run is one GPU at micro-batch 1; its estimate is rescaled to the measurement.
-        val_est = estimate(req.model, validate_setup.model_copy(update={"gpus": 1, "zero": 0, "fsdp": False,
-                                                                        "tensor_parallel": 1, "offload": "none"}))
-        scale = req.measured_peak_gb / val_est.device_gb_per_gpu
+        val_setup = validate_setup.model_copy(update={"gpus": 1, "zero": 0, "fsdp": False,
+                                                      "tensor_parallel": 1, "offload": "none"})
+        val_est = estimate(req.model, val_setup)
+        scale = activation_scale_for_peak(req.model, val_setup, req.measured_peak_gb)
         notes.append(f"memory sized from the measured validation peak {req.measured_peak_gb:g} GB "
-                     f"(estimate was {val_est.device_gb_per_gpu:g} GB; all estimates scaled x{scale:.2f})")
+                     f"(estimate was {val_est.device_gb_per_gpu:g} GB; activations scaled x{scale:.2f}, "
+                     f"model states exact)")
     files = _gb(train_mem.model_files_gb)
     ckpt = _gb(train_mem.checkpoint_gb)
     keep = Decimal(req.keep_checkpoints)
     final = files if setup.mode == "full" else _gb(train_mem.trainable_params_b * 4)  # PEFT adapters in fp32
     return _Prepared(
-        train_memory=train_mem, validate_setup=validate_setup, memory_scale=scale,
+        train_memory=train_mem, validate_setup=validate_setup, activation_scale=scale,
         disk_gb=files + req.data_gb + keep * ckpt,
         validate_disk_gb=files + req.data_gb + ckpt,
         import_gb=files + req.data_gb,
@@ -515,7 +517,7 @@ class _Planner:
         found = self._fits.get(key)
         if found is None:
             found = find_layout(self.req.model, setup, _shape(offer, gpu, nodes), pins=pins,
-                                memory_scale=self.prep.memory_scale)
+                                activation_scale=self.prep.activation_scale)
             self._fits[key] = found
         return found
 

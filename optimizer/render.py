@@ -79,7 +79,8 @@ def estimate_table(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
         ["peak allocated", _gb(est.peak_gb_per_gpu), "torch.cuda.max_memory_allocated"],
         ["reserved", _gb(est.reserved_gb_per_gpu), "held by PyTorch's caching allocator"],
         ["device", _gb(est.device_gb_per_gpu), "what nvidia-smi shows"],
-        ["required", _gb(est.required_gb_per_gpu), f"device + {est.margin:.0%} safety margin: what must fit"],
+        ["required", _gb(est.required_gb_per_gpu),
+         f"device + {est.margin:.0%} margin on all but the {_gb(est.states_gb_per_gpu)} GB of exact states: what must fit"],
     ]
     lines.append(tabulate(views, headers=["total", "GB", "meaning"], disable_numparse=True))
     lines.append("")
@@ -148,7 +149,9 @@ def estimate_json(est: MemoryEstimate, fits: dict[int, list[Fit]], classes: dict
     data = est.model_dump(mode="json")
     data["fits"] = {
         str(n): [{"gpu": f.layout.gpu, "class": classes[f.layout.gpu], "layout": f.layout.strategy,
-                  "required_gb_per_gpu": f.layout.required_gb_per_gpu, "gpu_memory_gb": f.layout.gpu_memory_gb}
+                  "required_gb_per_gpu": f.layout.required_gb_per_gpu, "gpu_memory_gb": f.layout.gpu_memory_gb,
+                  "precision": f.layout.precision, "attention": f.layout.attention,
+                  "grad_checkpointing": f.layout.grad_checkpointing}
                  for f in found]
         for n, found in fits.items()
     }

@@ -329,9 +329,12 @@ def load_hf_config(path: Path) -> ModelSpec:
     heads, kv_heads, head_dim = _attention(cfg, where, hidden, notes)
     num_experts, experts_per_token = _experts(cfg, where)
     intermediate = _intermediate(cfg, where, hidden, gated, num_experts, notes)
+    max_positions, rope_scaling = _context(cfg, where, notes)
     return ModelSpec(
         name=_config_name(path, model_type),
         family=model_type or "custom",
+        max_positions=max_positions,
+        rope_scaling=rope_scaling,
         layers=_positive(cfg, "num_hidden_layers", where),
         hidden=hidden,
         heads=heads,
@@ -347,6 +350,71 @@ def load_hf_config(path: Path) -> ModelSpec:
         source=where,
         notes=tuple(notes),
     )
+
+
+# RoPE scaling types that stretch a model's trained context by `factor` (transformers
+# modeling_rope_utils.py: linear, dynamic NTK, YaRN, LongRoPE). "llama3" is different: Llama 3.1's
+# config ships it and its max_position_embeddings (131072) is already the trained, scaled context.
+_CONTEXT_STRETCHING_ROPE = frozenset({"linear", "dynamic", "yarn", "longrope", "su"})
+
+
+def _context(cfg: dict[str, Any], where: str, notes: list[str]) -> tuple[int | None, float | None]:
+    """(trained positions, configured RoPE scaling factor or None) from a config.json."""
+    raw = cfg.get("max_position_embeddings", cfg.get("n_positions"))
+    positions = None
+    if raw is not None:
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0:
+            raise InputError(f"{where}: max_position_embeddings must be a positive whole number, got {raw!r}.")
+        positions = raw
+    else:
+        notes.append("no max_position_embeddings in the config: --seq-len is not checked against the context")
+    scaling = cfg.get("rope_scaling")
+    if not isinstance(scaling, dict):
+        return positions, None
+    kind = str(scaling.get("rope_type") or scaling.get("type") or "").lower()
+    factor = scaling.get("factor")
+    if kind not in _CONTEXT_STRETCHING_ROPE or not isinstance(factor, (int, float)) or isinstance(factor, bool) \
+            or not math.isfinite(factor) or factor <= 1:
+        return positions, None
+    original = scaling.get("original_max_position_embeddings")
+    if isinstance(original, int) and not isinstance(original, bool) and original > 0:
+        positions = original  # YaRN configs state the pre-scaling context here
+    notes.append(f"RoPE scaling {kind} x{factor:g} configured: context {positions} -> {int((positions or 0) * factor)}")
+    return positions, float(factor)
+
+
+def check_context(model: ModelSpec, seq_len: int) -> list[str]:
+    """Warnings about `seq_len` against the positions `model` was trained for.
+
+    Beyond the trained context with RoPE scaling configured (a config.json's rope_scaling, or
+    --rope-scaling): a warning, since quality there depends on the scaling method and a
+    long-context fine-tune. Beyond it without RoPE scaling: an InputError, since positions past
+    the trained range are extrapolated and quality collapses (Chen et al. 2023, arXiv:2306.15595;
+    Peng et al. 2023, YaRN, arXiv:2309.00071).
+
+    >>> spec = resolve_model("llama-2-7b")
+    >>> check_context(spec, 4096)
+    []
+    >>> check_context(spec.model_copy(update={"rope_scaling": 2.0}), 8192)[0][:46]
+    'seq_len 8192 is beyond the 4096 positions llam'
+    """
+    trained = model.max_positions
+    if trained is None or seq_len <= trained:
+        return []
+    factor = model.rope_scaling
+    if factor is None or factor <= 1:
+        need = math.ceil(seq_len / trained)
+        raise InputError(
+            f"--seq-len {seq_len} is beyond the {trained} positions {model.name} was trained for, and no RoPE "
+            f"scaling is configured: use --seq-len {trained} or less, or configure RoPE scaling (--rope-scaling "
+            f"{need} for YaRN/linear scaling, or a config.json with rope_scaling) and fine-tune at that length.")
+    scaled = int(trained * factor)
+    if seq_len <= scaled:
+        return [f"seq_len {seq_len} is beyond the {trained} positions {model.name} was trained for; RoPE scaling "
+                f"x{factor:g} stretches that to {scaled}: quality at this length depends on the scaling method and "
+                f"a long-context fine-tune"]
+    return [f"seq_len {seq_len} is beyond even the {scaled} positions that RoPE scaling x{factor:g} gives "
+            f"{model.name} (trained for {trained}): positions past that are extrapolated"]
 
 
 def _read_config(path: Path) -> dict[str, Any]:

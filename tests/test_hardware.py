@@ -145,6 +145,13 @@ memory_gb = 1
 memory_bandwidth_gbps = 100
 bf16_tflops = 10
 fp16_tflops = 10
+compute_capability = "8.6"
+bf16 = true
+fp8 = false
+flash_attention = 2
+stack = "cuda"
+host_arch = "x86_64"
+bitsandbytes = "supported"
 aliases = ["X one"]
 sources = ["somewhere"]
 """
@@ -168,6 +175,13 @@ def test_parse_catalog_accepts_a_minimal_record_and_defaults_missing_optionals_t
     (GOOD_RECORD.replace('aliases = ["X one"]', 'aliases = ["X one"]\nambiguous_aliases = ["X_ONE"]'),
      "both as an alias and as ambiguous"),
     (GOOD_RECORD.replace('aliases = ["X one"]', 'aliases = []\nambiguous_aliases = ["X"]'), "name only one record"),
+    (GOOD_RECORD.replace('bf16 = true\n', ''), "capability field.*missing: bf16"),
+    (GOOD_RECORD.replace('compute_capability = "8.6"\n', ''), "missing: compute_capability"),
+    (GOOD_RECORD.replace('bf16 = true', 'bf16 = false'), "bf16/fp8 must agree"),
+    (GOOD_RECORD.replace('flash_attention = 2', 'flash_attention = 1'), "flash_attention must be 0, 2 or 3"),
+    (GOOD_RECORD.replace('stack = "cuda"', 'stack = "metal"'), "stack"),
+    (GOOD_RECORD.replace('aliases = ["X one"]', 'aliases = ["X one"]\nsheet_default_for = ["X"]'),
+     "sheet_default_for X must be among its ambiguous_aliases"),
 ])
 def test_parse_catalog_rejects_broken_catalogs_with_a_clear_message(text, message):
     with pytest.raises(ValueError, match=message):
@@ -526,3 +540,86 @@ def test_gpus_with_no_match_says_so_and_bad_options_fail_cleanly():
     bad = runner.invoke(cli, ["gpus", "--class", "gaming"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
     assert "rentopt gpus --class datacenter" in runner.invoke(cli, ["gpus", "--help"]).output
+
+
+# --------------------------------------------------------------------------------------------
+# Bare names on hand-written sheets and catalogs (sheet_defaults=True)
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("H100", "H100-SXM-80GB"), ("NVIDIA H100", "H100-SXM-80GB"), ("H100 80GB", "H100-SXM-80GB"),
+    ("H200", "H200-SXM-141GB"), ("A100 80GB", "A100-SXM4-80GB"), ("A800", "A800-SXM4-80GB"),
+    ("H800", "H800-SXM-80GB"),
+])
+def test_a_bare_name_on_a_sheet_reads_as_the_usual_variant_and_says_so(raw, expected):
+    match = normalise(raw, sheet_defaults=True)
+    assert (match.gpu, match.status) == (expected, "default")
+    assert expected in match.candidates and len(match.candidates) >= 2
+    others = [c for c in match.candidates if c != expected]
+    assert all(o in match.note for o in others) and "form_factor" in match.note
+    # Provider feeds stay exact: the same name without the opt-in is still ambiguous.
+    assert normalise(raw).status == "ambiguous"
+
+
+@pytest.mark.parametrize("raw, memory_gb, form_factor, link, expected, status", [
+    ("H100", 94, None, None, "H100-NVL-94GB", "by_memory"),  # memory decides first
+    ("H100", None, "PCIe", None, "H100-PCIe-80GB", "by_memory"),
+    ("H200", None, "NVL", None, "H200-NVL-141GB", "by_memory"),
+    ("H100", 80, None, None, "H100-SXM-80GB", "default"),  # 80 GB leaves SXM or PCIe: the default
+    ("A100", 80, None, None, "A100-SXM4-80GB", "default"),
+    ("H100", None, None, "pcie", None, "ambiguous"),  # PCIe link: not SXM; PCIe 80 or NVL 94 changes what fits
+    ("H100", 80, None, "pcie", "H100-PCIe-80GB", "by_memory"),
+    ("A100", None, None, None, None, "ambiguous"),  # 40 or 80 GB: no default, the sheet must say
+])
+def test_sheet_columns_narrow_the_candidates_before_the_default(raw, memory_gb, form_factor, link, expected, status):
+    match = normalise(raw, memory_gb, form_factor_hint=form_factor, interconnect_hint=link, sheet_defaults=True)
+    assert (match.gpu, match.status) == (expected, status)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    raw=pcie_spellings(),
+    memory_gb=st.sampled_from([None, 16, 24, 40, 80, 94, 141]),
+    form_factor=st.sampled_from([None, "SXM", "SXM5", "NVL", "PCIe"]),
+    link=st.sampled_from([None, "pcie", "nvlink"]),
+)
+def test_sheet_defaults_never_map_a_pcie_spelling_to_sxm(raw, memory_gb, form_factor, link):
+    match = normalise(raw, memory_gb, form_factor_hint=form_factor, interconnect_hint=link, sheet_defaults=True)
+    if match.gpu is not None:
+        assert variant_of(get_gpu(match.gpu)) == "PCIe", (raw, match)
+
+
+def test_every_sheet_default_is_one_of_its_names_candidates_of_the_same_family():
+    seen = 0
+    for spec in all_gpus():
+        for alias in spec.sheet_default_for:
+            match = normalise(alias, sheet_defaults=True)
+            assert match.gpu == spec.id and spec.form_factor == "SXM", alias
+            seen += 1
+    assert seen >= 10
+
+
+def test_gpus_shows_where_a_spelling_maps():
+    runner = CliRunner()
+    one = runner.invoke(cli, ["gpus", "H100"])
+    assert one.exit_code == 0, one.output
+    feed, sheet = one.output.splitlines()
+    assert "provider feeds: ambiguous: H100-SXM-80GB, H100-PCIe-80GB, H100-NVL-94GB" in feed
+    assert "price sheets: H100-SXM-80GB (default)" in sheet
+    names = runner.invoke(cli, ["gpus", "--names", "--format", "json"])
+    rows = {r["spelling"]: r for r in json.loads(names.output)}
+    assert rows["H100"]["sheet_default"] == "H100-SXM-80GB" and len(rows["H100"]["ids"]) == 3
+    assert rows["A100"]["sheet_default"] is None
+    assert rows["RTX 4090D"]["ids"] == ["RTX-4090D-24GB"]
+
+
+def test_gpus_table_shows_the_capabilities():
+    result = CliRunner().invoke(cli, ["gpus"])
+    header, _rule, *rows = result.output.splitlines()
+    for column in ("CC", "FP8", "FlashAttn", "stack"):
+        assert column in header
+    by_id = {row.split()[0]: row.split() for row in rows}
+    assert by_id["Quadro-RTX-8000-48GB"][-4:] == ["7.5", "no", "-", "cuda"]
+    assert by_id["H100-SXM-80GB"][-4:] == ["9.0", "yes", "3", "cuda"]
+    assert by_id["GH200-96GB"][-1] == "cuda/aarch64"
+    assert by_id["MI300X-192GB"][-4:] == ["-", "yes", "2", "rocm"]

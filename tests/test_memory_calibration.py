@@ -91,6 +91,18 @@ def _quant(r: dict) -> tuple[str, bool]:
     return "none", dq
 
 
+# FSDP LoRA runs published by LitGPT (2023) and torchtune before it moved to FSDP2 (September
+# 2024) ran FSDP that left frozen units unsharded through backward (pytorch/pytorch#95805): both
+# frameworks' own tables show per-GPU peaks close to one GPU's. A record measured on FSDP2 says so.
+_FSDP1_ERA_FRAMEWORKS = ("litgpt", "torchtune")
+
+
+def _fsdp_without_frozen_reshard(r: dict) -> bool:
+    text = f"{r['framework']} {r.get('notes', '')}".lower()
+    return (bool(r["fsdp"]) and r["mode"] == "lora" and "fsdp2" not in text
+            and any(f in r["framework"].lower() for f in _FSDP1_ERA_FRAMEWORKS))
+
+
 def record_setup(r: dict) -> TrainingSetup:
     offload = {"none": "none", "optimizer": "optimizer", "optimizer+params": "all"}[r.get("offload") or "none"]
     quant, dq = _quant(r)
@@ -109,6 +121,11 @@ def record_setup(r: dict) -> TrainingSetup:
     )
     if "chunked ce" in r.get("notes", "").lower():
         kw["chunked_loss"] = True
+    if _fsdp_without_frozen_reshard(r):
+        kw["fsdp_frozen_unsharded"] = True
+    notes = r.get("notes", "").lower()
+    if "gradient_accumulation_steps=1" in notes or "no gradient accumulation" in notes:
+        kw["grad_accumulation"] = False
     if r["grad_checkpointing"] is not None:
         kw["grad_checkpointing"] = r["grad_checkpointing"]
     if r["flash_attention"] is not None:

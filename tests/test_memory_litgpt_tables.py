@@ -6,6 +6,10 @@ phi-1.5 1044 tokens, StableLM 1034, Llama 2 1304; LoRA r=8 on q,v; QLoRA uses pa
 multi-GPU runs use FSDP with activation checkpointing per block; inference is a short prompt
 plus 50 new tokens). "Max GPU RAM" is torch.cuda.max_memory_allocated / 1e9. Only 4 of these
 44 rows are also in memory-measurements.json, so this is mostly held-out data.
+
+The multi-GPU rows ran FSDP of that time, which left a frozen LoRA base unsharded from its backward
+to the end of backward (the tables' own evidence: 13B on 4 GPUs 35.57 GB vs 38.12 GB on one), so
+they are estimated with fsdp_frozen_unsharded, the behaviour `--fsdp-frozen-unsharded` models.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ def _finetune(model: ModelSpec, quant: str, mb: int, gpus: int) -> TrainingSetup
     qlora = quant != "none"
     return TrainingSetup(
         mode="qlora" if qlora else "lora", seq_len=SEQ[model.name], micro_batch=mb, gpus=gpus,
-        fsdp=gpus > 1, grad_checkpointing=gpus > 1, precision="bf16-true", lora_rank=8,
+        fsdp=gpus > 1, fsdp_frozen_unsharded=gpus > 1, grad_checkpointing=gpus > 1, precision="bf16-true", lora_rank=8,
         lora_targets="q,v", optimizer="paged-adamw" if qlora else "adamw", double_quant=quant == "nf4-dq",
     )
 
@@ -77,7 +81,7 @@ def _inference(quant: str) -> TrainingSetup:
                          precision="bf16-true")
 
 
-def test_litgpt_tables_within_target(capsys):
+def _rows() -> tuple[list[float], list[str]]:
     models = _models()
     errors = []
     lines = []
@@ -91,6 +95,16 @@ def test_litgpt_tables_within_target(capsys):
         pred = estimate(m, _inference(quant)).peak_gb_per_gpu
         errors.append((pred - measured) / measured)
         lines.append(f"{m.name:24} {quant:6} infer  {measured:7.2f} {pred:7.2f} {errors[-1]:+.1%}")
+    return errors, lines
+
+
+def litgpt_errors() -> list[float]:
+    """Relative errors of every row of the tables (shared with the other held-out checks)."""
+    return _rows()[0]
+
+
+def test_litgpt_tables_within_target(capsys):
+    errors, lines = _rows()
     within = sum(abs(e) <= 0.25 for e in errors) / len(errors)
     median = statistics.median(abs(e) for e in errors)
     with capsys.disabled():
@@ -101,9 +115,15 @@ def test_litgpt_tables_within_target(capsys):
 
 
 @pytest.mark.parametrize("gpus", [2, 4])
-def test_fsdp_lora_is_close_to_the_unsharded_single_gpu_peak(gpus):
-    """The measured behaviour the FSDP frozen-base rule encodes: little saving per GPU."""
+def test_old_fsdp_lora_is_close_to_the_unsharded_single_gpu_peak(gpus):
+    """The measured behaviour --fsdp-frozen-unsharded encodes: little saving per GPU (the table's
+    13B LoRA: 35.57 GB per GPU on 4 x A100-40GB vs 38.12 GB on one; on 2 GPUs it ran out of memory)."""
     m = resolve_model("llama-2-13b")
     one = estimate(m, _finetune(m, "none", 1, 1)).peak_gb_per_gpu
-    many = estimate(m, _finetune(m, "none", 1, gpus)).peak_gb_per_gpu
-    assert 0.75 * one < many < 1.1 * one
+    many = estimate(m, _finetune(m, "none", 1, gpus))
+    assert 0.75 * one < many.peak_gb_per_gpu < 1.15 * one
+    if gpus == 2:
+        assert many.device_gb_per_gpu > 40 * 2**30 / 1e9  # more than an A100-40GB holds
+    modern = estimate(m, _finetune(m, "none", 1, gpus).model_copy(update={"fsdp_frozen_unsharded": False}))
+    # Resharded, the 26 GB bf16 base costs 26/N per GPU plus the gathered units.
+    assert modern.peak_gb_per_gpu < 0.6 * one

@@ -97,6 +97,25 @@ def test_csv_carries_the_platforms_stop_rules(tmp_path):
     assert autodl.stopped_bills == "storage" and autodl.stopped_max_days == 15 and autodl.free_disk_gb == 50
 
 
+def test_names_people_copy_from_a_providers_page_resolve_and_say_how(tmp_path):
+    # Issue 13's sheet: bare names read as the usual variant (H100/H200 SXM, as SkyPilot and
+    # gpuhunt read them), with a note on the offer; exact names stay exact.
+    path = write(tmp_path, HEADER + ",gpu_memory_gb,form_factor,interconnect\n"
+                           "p,h100,H100,8,20,USD,,,\n" "p,a100,A100 80GB,1,1.5,USD,,,\n" "p,h200,H200,8,30,USD,,,\n"
+                           "p,a800,A800,1,1,USD,,,\n" "p,4090,4090,1,0.3,USD,,,\n" "p,4090d,RTX 4090D,1,0.3,USD,,,\n"
+                           "p,l40s,L40S,1,0.8,USD,,,\n" "p,nvl,H200,2,6,USD,,NVL,\n" "p,pcie,H100,1,2,USD,80,,pcie\n")
+    offers = {o.offer_id: o for o in read_offers_file(path)}
+    expected = {"h100": ("H100-SXM-80GB", "default"), "a100": ("A100-SXM4-80GB", "default"),
+                "h200": ("H200-SXM-141GB", "default"), "a800": ("A800-SXM4-80GB", "default"),
+                "4090": ("RTX-4090-24GB", "exact"), "4090d": ("RTX-4090D-24GB", "exact"), "l40s": ("L40S-48GB", "exact"),
+                "nvl": ("H200-NVL-141GB", "by_memory"), "pcie": ("H100-PCIe-80GB", "by_memory")}
+    assert {k: (o.gpu, o.gpu_status) for k, o in offers.items()} == expected
+    assert "H100-PCIe-80GB or H100-NVL-94GB" in offers["h100"].extra["gpu_note"]
+    assert offers["h100"].extra["gpu_candidates"] == ["H100-SXM-80GB", "H100-PCIe-80GB", "H100-NVL-94GB"]
+    assert offers["h100"].gpu_memory_gb == 80 and offers["h200"].gpu_memory_gb == 141
+    assert "gpu_note" not in offers["4090"].extra and "gpu_note" not in offers["nvl"].extra
+
+
 def test_a_gpu_not_in_the_catalog_is_kept_when_its_memory_is_given(tmp_path):
     path = write(tmp_path, "provider,offer_id,gpu,gpus,price_hour,currency,gpu_memory_gb\np,1,Zephyr X9,1,1.5,USD,40\n")
     (o,) = read_offers_file(path)
@@ -120,7 +139,10 @@ HEADER = "provider,offer_id,gpu,gpus,price_hour,currency"
     (HEADER + "\np,1,L4-24GB,1,-2,USD\n", r"line 2, field price_hour: '-2' must be a positive"),
     (HEADER + "\np,1,L4-24GB,1,,USD\n", r"line 2, field price_hour: no price on this line"),
     (HEADER + "\np,1,Zephyr X9,1,1,USD\n", r"line 2, field gpu: 'Zephyr X9': no catalog GPU has this name.*gpu_memory_gb"),
-    (HEADER + "\np,1,H100,1,1,USD\n", r"line 2, field gpu: 'H100': could be H100-SXM-80GB"),
+    # A bare "A100" is 40 or 80 GB: the choice changes what fits, so the sheet must say which.
+    (HEADER + "\np,1,A100,1,1,USD\n", r"line 2, field gpu: 'A100': could be A100-SXM4-80GB, A100-SXM4-40GB"),
+    (HEADER + ",interconnect\np,1,H100,1,1,USD,pcie\n", r"'H100': could be H100-PCIe-80GB, H100-NVL-94GB"),
+    (HEADER + ",form_factor\np,1,H100,1,1,USD,socket\n", r"line 2, field form_factor: 'socket' must be SXM, PCIe"),
     (HEADER + "\np,1,L4-24GB,two,1,USD\n", r"line 2, field gpus: 'two' must be a whole number"),
     (HEADER + "\np,1,L4-24GB,0,1,USD\n", r"line 2, field gpus"),
     (HEADER + "\np,1,L4-24GB,1,1,dollars\n", r"line 2, field currency: 'DOLLARS' must be a three-letter code"),

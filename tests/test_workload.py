@@ -14,6 +14,7 @@ from rentopt.optimizer.cli import cli
 from rentopt.optimizer.errors import InputError, UnknownModelError
 from rentopt.optimizer.workload import (
     _build_catalog,
+    check_context,
     list_presets,
     load_presets,
     parse_size,
@@ -454,3 +455,65 @@ def test_cli_unknown_model_is_one_line_and_exit_2():
 def test_cli_rejects_an_unknown_format():
     result = CliRunner().invoke(cli, ["models", "--format", "yaml"])
     assert result.exit_code == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Context length
+
+
+@pytest.mark.parametrize("name, positions", [
+    # config.json max_position_embeddings of each model
+    ("llama-2-7b", 4096), ("llama-65b", 2048), ("llama-3-8b", 8192), ("llama-3.1-8b", 131072),
+    ("qwen2.5-0.5b", 32768), ("qwen3-8b", 40960), ("gemma-2-9b", 8192), ("falcon-7b", 2048), ("gpt3-175b", 2048),
+])
+def test_presets_carry_their_trained_context(name, positions):
+    assert load_presets()[name].max_positions == positions
+
+
+def test_every_preset_has_a_context():
+    assert all(spec.max_positions for spec in list_presets())
+
+
+def test_a_seq_len_past_the_context_without_rope_scaling_is_an_error():
+    spec = load_presets()["llama-2-7b"]
+    assert check_context(spec, 4096) == []
+    with pytest.raises(InputError, match=r"--seq-len 8192 is beyond the 4096 positions .*\(--rope-scaling 2 "):
+        check_context(spec, 8192)
+
+
+def test_with_rope_scaling_it_is_a_warning_that_says_how_far():
+    spec = load_presets()["llama-2-7b"].model_copy(update={"rope_scaling": 2.0})
+    [inside] = check_context(spec, 8192)
+    assert "RoPE scaling x2 stretches that to 8192" in inside
+    [beyond] = check_context(spec, 16384)
+    assert "beyond even the 8192 positions" in beyond
+
+
+def test_config_json_context_and_rope_scaling_are_read(tmp_path):
+    plain = resolve_model(str(write_config(tmp_path / "a", {**LLAMA2_7B_CONFIG, "max_position_embeddings": 4096})))
+    assert (plain.max_positions, plain.rope_scaling) == (4096, None)
+    # Qwen2.5's documented YaRN set-up for 128K: factor 4 over the 32,768 trained positions.
+    yarn = {**LLAMA2_7B_CONFIG, "max_position_embeddings": 32768,
+            "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+    spec = resolve_model(str(write_config(tmp_path / "b", yarn)))
+    assert (spec.max_positions, spec.rope_scaling) == (32768, 4.0)
+    assert check_context(spec, 131072) and "stretches that to 131072" in check_context(spec, 131072)[0]
+    # Llama 3.1's built-in "llama3" scaling is part of its trained 131,072 positions, not a stretch.
+    llama31 = {**LLAMA2_7B_CONFIG, "max_position_embeddings": 131072,
+               "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}}
+    spec31 = resolve_model(str(write_config(tmp_path / "c", llama31)))
+    assert (spec31.max_positions, spec31.rope_scaling) == (131072, None)
+    bad = {**LLAMA2_7B_CONFIG, "max_position_embeddings": "long"}
+    with pytest.raises(InputError, match="max_position_embeddings must be a positive whole number"):
+        resolve_model(str(write_config(tmp_path / "d", bad)))
+
+
+def test_cli_errors_past_the_context_and_warns_with_rope_scaling():
+    runner = CliRunner()
+    error = runner.invoke(cli, ["estimate", "--model", "llama-2-7b", "--mode", "lora", "--seq-len", "8192"])
+    assert error.exit_code == 2 and "rentopt: error: --seq-len 8192 is beyond the 4096 positions" in error.output
+    warned = runner.invoke(cli, ["estimate", "--model", "llama-2-7b", "--mode", "lora", "--seq-len", "8192",
+                                 "--rope-scaling", "2", "--format", "json"])
+    assert warned.exit_code == 0
+    assert "rentopt: warning: seq_len 8192 is beyond the 4096 positions" in warned.stderr
+    assert json.loads(warned.stdout)["peak_gb_per_gpu"] > 0

@@ -196,11 +196,12 @@ def test_the_quote_rules_out_a_turing_card_for_a_pinned_bf16_run(tmp_path):
     sheet = tmp_path / "offers.csv"
     sheet.write_text("provider,offer_id,gpu,gpus,price_hour,currency\n"
                      "me,quadro,Quadro RTX 8000,1,0.28,USD\nme,a6000,RTX A6000,1,0.49,USD\n", encoding="utf-8")
-    args = ["quote", "--model", "13b", "--mode", "lora", "--days", "10", "--offers-file", str(sheet), "--format", "json"]
+    args = ["quote", "--model", "13b", "--mode", "lora", "--rent-days", "10", "--offers-file", str(sheet), "--format", "json"]
     free = json.loads(CliRunner().invoke(cli, args).output)
-    assert free["plans"][0]["stages"][2]["offer_id"] == "quadro"  # fp16 with loss scaling runs there
+    # fp16 with loss scaling may run there, priced at the speed of what runs
+    assert not any(r["offer_id"] == "quadro" and r["constraint"] == "capability" for r in free["rejected"])
     pinned = json.loads(CliRunner().invoke(cli, [*args, "--precision", "bf16"]).output)
-    assert pinned["plans"][0]["stages"][2]["offer_id"] == "a6000"
+    assert {s["offer_id"] for p in pinned["plans"] for s in p["stages"]} == {"a6000"}
     [rejected] = [r for r in pinned["rejected"] if r["offer_id"] == "quadro"]
     assert rejected["constraint"] == "capability" and "lacks BF16 (Turing, compute capability 7.5)" in rejected["reason"]
 
@@ -209,7 +210,7 @@ def test_the_quote_plans_rocm_only_when_allowed(tmp_path):
     sheet = tmp_path / "offers.csv"
     sheet.write_text("provider,offer_id,gpu,gpus,price_hour,currency\nme,mi300,MI300X,1,0.90,USD\n"
                      "me,h100,H100 SXM,1,2.50,USD\n", encoding="utf-8")
-    args = ["quote", "--model", "7b", "--mode", "lora", "--days", "1", "--offers-file", str(sheet), "--format", "json"]
+    args = ["quote", "--model", "7b", "--mode", "lora", "--rent-days", "1", "--offers-file", str(sheet), "--format", "json"]
     cuda = json.loads(CliRunner().invoke(cli, args).output)
     assert cuda["plans"][0]["stages"][2]["offer_id"] == "h100"
     assert any(r["offer_id"] == "mi300" and "--allow-stack rocm" in r["reason"] for r in cuda["rejected"])

@@ -325,14 +325,24 @@ def test_measured_peak_replans_on_bigger_cards(tmp_path):
     args = ("--model", "13b", "--mode", "lora", "--rent-days", "10", "--offers-file", str(offers))
     base = {plan_stage(p, "train")["offer_id"]: p for p in quote_json(*args)["plans"]}
     assert plan_stage(base["a6000"], "train")["layout"] == "single"
-    measured = quote_json(*args, "--measured-peak-gb", "47")
+    # Worked by hand: Llama-2-13B LoRA r16 on all linear layers has 26.03 GB of bf16 base and
+    # 62.6M fp32 adapters x 16 B = 1.00 GB of adapter states: 27.03 GB known exactly, never scaled
+    # or margined. 49 GB measured leaves 21.97 GB of activations and buffers; with the 15 % margin
+    # 27.03 + 25.27 = 52.3 GB > the A6000's 49,140 MiB = 51.5 GB. (47 GB: 27.03 + 19.97 x 1.15 =
+    # 50.0 GB, which still fits.)
+    still = quote_json(*args, "--measured-peak-gb", "47")
+    assert {plan_stage(p, "train")["offer_id"]: plan_stage(p, "train")["layout"]
+            for p in still["plans"]}["a6000"] == "single"
+    measured = quote_json(*args, "--measured-peak-gb", "49")
     by_offer = {plan_stage(p, "train")["offer_id"]: p for p in measured["plans"]}
-    # 47 GB measured: the 48 GB card holds the job only with CPU offload, which is slower, so in
-    # the same 10 days it does less work; the 80 GB card's plan is unchanged.
+    # 49 GB measured: the 48 GB card holds the job only with CPU offload, which is slower, so in
+    # the same 10 days it does less work; the 80 GB card still runs it on one GPU without offload
+    # (with the activations scaled up it may now need checkpointing, so not more work than before).
     assert plan_stage(by_offer["a6000"], "train")["layout"].endswith("offload-all")
     assert Decimal(by_offer["a6000"]["tokens"]) < Decimal(base["a6000"]["tokens"])
-    assert by_offer["a100"]["tokens"] == base["a100"]["tokens"]
-    assert any("measured validation peak 47" in a for a in measured["assumptions"])
+    assert plan_stage(by_offer["a100"], "train")["layout"] == "single"
+    assert Decimal(by_offer["a100"]["tokens"]) <= Decimal(base["a100"]["tokens"])
+    assert any("measured validation peak 49" in a for a in measured["assumptions"])
 
 
 def test_host_max_duration_rejects_short_leases(tmp_path):

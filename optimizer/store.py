@@ -12,6 +12,10 @@ What it keeps:
   GPU-hour and the number of offers. A few hundred short rows a night, so years fit.
 - `offer_prices`: an offer's old and new prices, only when they change between snapshots.
 - `fx_rates` / `fx_fetch`: the ECB reference rates `rentopt refresh` last fetched, by day.
+- `plugins`: one row per provider plugin ever run (the unit `rentopt refresh --providers`
+  names): when it last ran, succeeded or failed. One plugin can deliver several providers
+  (the SkyPilot catalog: gcp, azure, lambda, ...; price sheets: autodl, jygpu, ...), so a
+  provider's row names the plugin that delivered its current snapshot.
 
 Writes happen only from `rentopt refresh` (`open_writable`), one provider per transaction, so
 a failure never leaves a partial snapshot. Everything else opens the file read-only
@@ -215,6 +219,7 @@ class ProviderState:
     last_success_at: datetime | None
     last_error: str | None
     last_error_at: datetime | None
+    plugin: str | None = None  # the plugin that delivered the current snapshot
 
     @property
     def has_data(self) -> bool:
@@ -226,6 +231,36 @@ class ProviderState:
         if self.last_error_at is None:
             return False
         return self.last_success_at is None or self.last_error_at > self.last_success_at
+
+
+@dataclass(frozen=True)
+class PluginState:
+    """A plugin's row in the store: its last run as a whole (its providers have their own rows)."""
+
+    name: str
+    last_attempt_at: datetime | None
+    last_success_at: datetime | None
+    last_error: str | None
+    last_error_at: datetime | None
+
+    @property
+    def stale(self) -> bool:
+        if self.last_error_at is None:
+            return False
+        return self.last_success_at is None or self.last_error_at > self.last_success_at
+
+
+@dataclass(frozen=True)
+class HistorySnapshot:
+    """One past snapshot's price history for one provider, without its offers: what a snapshot
+    export carries and `import_history` stores (`rows` are `history_rows` tuples)."""
+
+    provider: str
+    plugin: str
+    fetched_at: datetime
+    source: str
+    offers: int
+    rows: tuple[tuple, ...]
 
 
 @dataclass
@@ -251,6 +286,7 @@ class HistoryPoint:
     offers: int
     min_gpu_hour: Decimal
     median_gpu_hour: Decimal
+    plugin: str | None = None  # the plugin whose snapshot this is
 
 
 @dataclass(frozen=True)
@@ -382,6 +418,91 @@ def m003_fx_rates(db: sqlite3.Connection) -> None:
             source TEXT NOT NULL
         )"""
     )
+
+
+SHEET_PLUGIN = "sheet"
+
+
+@migration
+def m004_plugins(db: sqlite3.Connection) -> None:
+    """Separate the refresh unit (the plugin) from the offer's provider.
+
+    Until now a provider's name was its plugin's, so the price-sheet plugin stored every
+    platform as provider "sheet" with offer ids "<platform>/<id>". Here: a `plugins` table with
+    each plugin's run state (copied from its provider row), a `plugin` column on providers and
+    snapshots, and the sheet plugin's current offers moved to one provider per platform
+    (`extra.platform`), with their price changes. History rows of the old combined provider
+    move to a platform when exactly one platform sells that (GPU, count, currency); the rest
+    stay under "sheet", whose row is kept (snapshots refer to it) but retired, so nothing
+    stored is lost.
+    """
+    db.execute("ALTER TABLE providers ADD COLUMN plugin TEXT")
+    db.execute("ALTER TABLE providers ADD COLUMN retired INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE snapshots ADD COLUMN plugin TEXT")
+    db.execute(
+        """CREATE TABLE plugins (
+            name TEXT PRIMARY KEY,
+            last_attempt_at TEXT,
+            last_success_at TEXT,
+            last_error TEXT,
+            last_error_at TEXT
+        )"""
+    )
+    db.execute("UPDATE providers SET plugin = name")
+    db.execute("UPDATE snapshots SET plugin = provider")
+    db.execute("INSERT INTO plugins (name, last_attempt_at, last_success_at, last_error, last_error_at)"
+               " SELECT name, last_attempt_at, last_success_at, last_error, last_error_at FROM providers")
+    sheet = db.execute("SELECT snapshot_id, last_attempt_at, last_success_at, last_error, last_error_at"
+                       " FROM providers WHERE name = ?", (SHEET_PLUGIN,)).fetchone()
+    if sheet is None:
+        return
+    snapshot_id, *run_state = sheet
+    by_platform: dict[str, list[tuple[str, Offer]]] = defaultdict(list)
+    for offer_id, text in db.execute("SELECT offer_id, offer FROM offers WHERE provider = ?", (SHEET_PLUGIN,)):
+        offer = Offer.model_validate_json(text)
+        platform = offer.extra.get("platform")
+        if isinstance(platform, str) and offer_id.startswith(platform + "/"):
+            by_platform[platform].append((offer_id, offer))
+    taken = {r[0] for r in db.execute("SELECT name FROM providers")}
+    moved: dict[tuple[str, int, str], set[str]] = defaultdict(set)
+    snap = db.execute("SELECT fetched_at, stored_at, source FROM snapshots WHERE id = ?", (snapshot_id,)).fetchone()
+    for platform, items in sorted(by_platform.items()):
+        if platform in taken or snap is None:
+            continue  # a provider of that name exists already: these offers stay under "sheet"
+        db.execute("INSERT INTO providers (name, plugin, offers_count, last_attempt_at, last_success_at,"
+                   " last_error, last_error_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   (platform, SHEET_PLUGIN, len(items), *run_state))
+        new_id = db.execute(
+            "INSERT INTO snapshots (provider, plugin, fetched_at, stored_at, source, offers_count, summary)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (platform, SHEET_PLUGIN, *snap, len(items), json.dumps({"migrated_from_snapshot": snapshot_id})),
+        ).lastrowid
+        db.execute("UPDATE providers SET snapshot_id = ? WHERE name = ?", (new_id, platform))
+        for old_id, offer in items:
+            renamed = offer.model_copy(update={"provider": platform, "offer_id": old_id[len(platform) + 1:]})
+            db.execute("UPDATE offers SET provider = ?, offer_id = ?, snapshot_id = ?, offer = ?, plan = ?"
+                       " WHERE provider = ? AND offer_id = ?",
+                       (platform, renamed.offer_id, new_id, renamed.model_dump_json(), _plan_json(renamed),
+                        SHEET_PLUGIN, old_id))
+            if offer.gpu is not None:
+                moved[(offer.gpu, offer.gpus, offer.currency)].add(platform)
+        db.execute("UPDATE offer_prices SET provider = ?, offer_id = substr(offer_id, ?)"
+                   " WHERE provider = ? AND offer_id LIKE ? ESCAPE '\\'",
+                   (platform, len(platform) + 2, SHEET_PLUGIN, _like_prefix(platform + "/")))
+    for (gpu, gpus, currency), platforms in moved.items():
+        if len(platforms) == 1:
+            db.execute("UPDATE price_history SET provider = ? WHERE provider = ? AND gpu = ? AND gpus = ? AND currency = ?",
+                       (next(iter(platforms)), SHEET_PLUGIN, gpu, gpus, currency))
+    left = db.execute("SELECT count(*) FROM offers WHERE provider = ?", (SHEET_PLUGIN,)).fetchone()[0]
+    if left == 0:
+        db.execute("UPDATE providers SET retired = 1, snapshot_id = NULL, offers_count = 0 WHERE name = ?", (SHEET_PLUGIN,))
+    else:
+        db.execute("UPDATE providers SET offers_count = ? WHERE name = ?", (left, SHEET_PLUGIN))
+
+
+def _like_prefix(text: str) -> str:
+    """A LIKE pattern matching strings that start with `text` literally."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 _PLAN_ROW = TypeAdapter(PlanRow)
@@ -610,16 +731,40 @@ class Store:
     # -- reading ----------------------------------------------------------------------------
 
     def providers(self) -> list[ProviderState]:
+        """Every provider the store holds or has tried (retired ones left out), by name."""
         sql = """SELECT p.name, p.offers_count, s.fetched_at, s.source, p.last_attempt_at,
-                        p.last_success_at, p.last_error, p.last_error_at
-                 FROM providers p LEFT JOIN snapshots s ON s.id = p.snapshot_id ORDER BY p.name"""
+                        p.last_success_at, p.last_error, p.last_error_at, p.plugin
+                 FROM providers p LEFT JOIN snapshots s ON s.id = p.snapshot_id
+                 WHERE p.retired = 0 ORDER BY p.name"""
         with _sql_errors(self.path):
             rows = self.db.execute(sql).fetchall()
         return [
             ProviderState(name, count, parse_timestamp(fetched), source, parse_timestamp(attempt),
-                          parse_timestamp(success), error, parse_timestamp(error_at))
-            for name, count, fetched, source, attempt, success, error, error_at in rows
+                          parse_timestamp(success), error, parse_timestamp(error_at), plugin)
+            for name, count, fetched, source, attempt, success, error, error_at, plugin in rows
         ]
+
+    def plugins(self) -> list[PluginState]:
+        with _sql_errors(self.path):
+            rows = self.db.execute("SELECT name, last_attempt_at, last_success_at, last_error, last_error_at"
+                                   " FROM plugins ORDER BY name").fetchall()
+        return [PluginState(n, parse_timestamp(a), parse_timestamp(s), e, parse_timestamp(t)) for n, a, s, e, t in rows]
+
+    def history_snapshots(self, provider: str) -> list[HistorySnapshot]:
+        """Every stored snapshot of `provider` with its price history, oldest first (for export)."""
+        with _sql_errors(self.path):
+            snaps = self.db.execute(
+                "SELECT id, plugin, fetched_at, source, offers_count FROM snapshots WHERE provider = ? ORDER BY fetched_at, id",
+                (provider,)).fetchall()
+            rows: dict[int, list[tuple]] = defaultdict(list)
+            for sid, *row in self.db.execute(
+                    "SELECT h.snapshot_id, h.gpu, h.gpus, h.spot, h.currency, h.offers, h.min_gpu_hour, h.median_gpu_hour"
+                    " FROM price_history h WHERE h.provider = ? ORDER BY h.snapshot_id, h.gpu, h.gpus, h.spot, h.currency",
+                    (provider,)):
+                rows[sid].append(tuple(row))
+        return [HistorySnapshot(provider, plugin or provider, parse_timestamp(t), source or "", n,  # type: ignore[arg-type]
+                                tuple(rows.get(sid, ())))
+                for sid, plugin, t, source, n in snaps]
 
     def has_data(self) -> bool:
         return any(p.has_data for p in self.providers())
@@ -679,26 +824,27 @@ class Store:
     def price_history(self, gpu: str, provider: str | None = None, since: datetime | None = None,
                       *, gpus: int | None = None, spot: bool | None = None) -> list[HistoryPoint]:
         """Min/median price per GPU-hour of `gpu` per snapshot, oldest first: one indexed query."""
-        sql = "SELECT provider, fetched_at, gpu, gpus, spot, currency, offers, min_gpu_hour, median_gpu_hour FROM price_history WHERE gpu = ?"
+        sql = ("SELECT h.provider, h.fetched_at, h.gpu, h.gpus, h.spot, h.currency, h.offers, h.min_gpu_hour,"
+               " h.median_gpu_hour, s.plugin FROM price_history h JOIN snapshots s ON s.id = h.snapshot_id WHERE h.gpu = ?")
         args: list[object] = [gpu]
         if provider is not None:
-            sql += " AND provider = ?"
+            sql += " AND h.provider = ?"
             args.append(provider)
         if since is not None:
-            sql += " AND fetched_at >= ?"
+            sql += " AND h.fetched_at >= ?"
             args.append(timestamp(since))
         if gpus is not None:
-            sql += " AND gpus = ?"
+            sql += " AND h.gpus = ?"
             args.append(gpus)
         if spot is not None:
-            sql += " AND spot = ?"
+            sql += " AND h.spot = ?"
             args.append(int(spot))
-        sql += " ORDER BY fetched_at, provider, gpus, spot"
+        sql += " ORDER BY h.fetched_at, h.provider, h.gpus, h.spot"
         with _sql_errors(self.path):
             rows = self.db.execute(sql, args).fetchall()
         return [
-            HistoryPoint(p, parse_timestamp(t), g, n, bool(s), c, k, Decimal(lo), Decimal(med))  # type: ignore[arg-type]
-            for p, t, g, n, s, c, k, lo, med in rows
+            HistoryPoint(p, parse_timestamp(t), g, n, bool(s), c, k, Decimal(lo), Decimal(med), plugin)  # type: ignore[arg-type]
+            for p, t, g, n, s, c, k, lo, med, plugin in rows
         ]
 
     def offer_price_changes(self, provider: str, offer_id: str) -> list[tuple[datetime, str]]:
@@ -713,20 +859,24 @@ class Store:
     def snapshot_summaries(self, provider: str) -> list[dict]:
         with _sql_errors(self.path):
             rows = self.db.execute(
-                "SELECT id, fetched_at, offers_count, summary FROM snapshots WHERE provider = ? ORDER BY id", (provider,)
-            ).fetchall()
-        return [{"id": i, "fetched_at": parse_timestamp(t), "offers": n, **json.loads(s)} for i, t, n, s in rows]
+                "SELECT id, fetched_at, offers_count, summary, plugin FROM snapshots WHERE provider = ? ORDER BY fetched_at, id",
+                (provider,)).fetchall()
+        return [{"id": i, "fetched_at": parse_timestamp(t), "offers": n, "plugin": plugin or provider, **json.loads(s)}
+                for i, t, n, s, plugin in rows]
 
     # -- writing ----------------------------------------------------------------------------
 
     def write_snapshot(self, provider: str, offers: Sequence[Offer], *, fetched_at: datetime,
                        source: str | None = None, summary: dict | None = None,
-                       secrets: Sequence[str] = (), now: datetime | None = None) -> SnapshotDiff:
+                       secrets: Sequence[str] = (), now: datetime | None = None,
+                       plugin: str | None = None) -> SnapshotDiff:
         """Make `offers` the provider's current snapshot, in ONE transaction, and record history.
 
+        `plugin` is the plugin that delivered them (default: the provider's own name).
         `secrets` are scrubbed from every stored text (belt and braces: plugins should never put
         a key in an offer). Raises StoreError (and changes nothing) if anything fails.
         """
+        plugin = plugin or provider
         self._require_writable()
         for o in offers:
             if o.provider != provider:
@@ -740,6 +890,7 @@ class Store:
         source = redact(source if source is not None else (offers[0].source if offers else ""), secrets)
         with _sql_errors(self.path), self._transaction():
             self.db.execute("INSERT OR IGNORE INTO providers (name) VALUES (?)", (provider,))
+            self.db.execute("UPDATE providers SET retired = 0, plugin = ? WHERE name = ?", (plugin, provider))
             previous = dict(self.db.execute("SELECT offer_id, prices FROM offers WHERE provider = ?", (provider,)))
             new, changed = [], []
             for r in rows:
@@ -752,8 +903,9 @@ class Store:
             removed = sorted(i for i in previous if i not in current)
             record = {"new": len(new), "changed": len(changed), "removed": len(removed), **(summary or {})}
             snapshot_id = self.db.execute(
-                "INSERT INTO snapshots (provider, fetched_at, stored_at, source, offers_count, summary) VALUES (?, ?, ?, ?, ?, ?)",
-                (provider, fetched_ts, now_ts, source, len(rows), redact(json.dumps(record, default=str), secrets)),
+                "INSERT INTO snapshots (provider, plugin, fetched_at, stored_at, source, offers_count, summary)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (provider, plugin, fetched_ts, now_ts, source, len(rows), redact(json.dumps(record, default=str), secrets)),
             ).lastrowid
             self.db.execute("DELETE FROM offers WHERE provider = ?", (provider,))
             self.db.executemany(
@@ -789,6 +941,58 @@ class Store:
                 "UPDATE providers SET last_attempt_at = ?, last_error = ?, last_error_at = ? WHERE name = ?",
                 (now_ts, redact(error, secrets), now_ts, provider),
             )
+
+    def mark_plugin(self, plugin: str, *, error: str | None = None, secrets: Sequence[str] = (),
+                    now: datetime | None = None) -> None:
+        """Record one run of a plugin as a whole: a success (error None) or why it failed."""
+        self._require_writable()
+        now_ts = timestamp(now or datetime.now(timezone.utc))
+        with _sql_errors(self.path), self._transaction():
+            self.db.execute("INSERT OR IGNORE INTO plugins (name) VALUES (?)", (plugin,))
+            if error is None:
+                self.db.execute("UPDATE plugins SET last_attempt_at = ?, last_success_at = ? WHERE name = ?",
+                                (now_ts, now_ts, plugin))
+            else:
+                self.db.execute("UPDATE plugins SET last_attempt_at = ?, last_error = ?, last_error_at = ? WHERE name = ?",
+                                (now_ts, redact(error, secrets), now_ts, plugin))
+
+    def retire_provider(self, provider: str) -> int:
+        """A provider its plugin no longer delivers (a deleted price sheet): its current offers go,
+        its history stays. Returns the number of offers removed."""
+        self._require_writable()
+        with _sql_errors(self.path), self._transaction():
+            gone = self.db.execute("DELETE FROM offers WHERE provider = ?", (provider,)).rowcount
+            self.db.execute("UPDATE providers SET retired = 1, snapshot_id = NULL, offers_count = 0 WHERE name = ?",
+                            (provider,))
+        return gone
+
+    def import_history(self, snapshots: Sequence[HistorySnapshot], *, now: datetime | None = None) -> int:
+        """Store past snapshots' price history (no offers) in one transaction; a snapshot of the
+        same provider and time already stored is left alone, so importing twice adds nothing.
+        Returns how many snapshots were added."""
+        self._require_writable()
+        now_ts = timestamp(now or datetime.now(timezone.utc))
+        added = 0
+        with _sql_errors(self.path), self._transaction():
+            for snap in snapshots:
+                fetched_ts = timestamp(snap.fetched_at)
+                if self.db.execute("SELECT 1 FROM snapshots WHERE provider = ? AND fetched_at = ?",
+                                   (snap.provider, fetched_ts)).fetchone():
+                    continue
+                self.db.execute("INSERT OR IGNORE INTO providers (name, plugin) VALUES (?, ?)", (snap.provider, snap.plugin))
+                sid = self.db.execute(
+                    "INSERT INTO snapshots (provider, plugin, fetched_at, stored_at, source, offers_count, summary)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (snap.provider, snap.plugin, fetched_ts, now_ts, snap.source, snap.offers,
+                     json.dumps({"history_only": True})),
+                ).lastrowid
+                self.db.executemany(
+                    "INSERT INTO price_history (snapshot_id, provider, fetched_at, gpu, gpus, spot, currency, offers,"
+                    " min_gpu_hour, median_gpu_hour) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(sid, snap.provider, fetched_ts, *row) for row in snap.rows],
+                )
+                added += 1
+        return added
 
     # -- exchange rates ---------------------------------------------------------------------
 
@@ -839,6 +1043,11 @@ def _offer_row(offer: Offer, price: Decimal | None, secrets: Sequence[str]) -> t
         offer.currency, to_micros(price) if price is not None else None,
         redact(price_fingerprint(offer, text), secrets), redact(text, secrets), redact(_plan_json(offer), secrets),
     )
+
+
+def history_rows(offers: Sequence[Offer]) -> list[tuple]:
+    """The price-history rows a snapshot of `offers` gets (see `_history_rows`)."""
+    return _history_rows(offers, [hour_price(o) for o in offers])
 
 
 def _history_rows(offers: Sequence[Offer], prices: Sequence[Decimal | None]) -> list[tuple]:

@@ -45,8 +45,9 @@ def db_path(tmp_path) -> Path:
 EXPECTED_COLUMNS = {
     "_rentopt_migrations": ["name", "applied_at"],
     "providers": ["name", "snapshot_id", "offers_count", "last_attempt_at", "last_success_at", "last_error",
-                  "last_error_at"],
-    "snapshots": ["id", "provider", "fetched_at", "stored_at", "source", "offers_count", "summary"],
+                  "last_error_at", "plugin", "retired"],
+    "snapshots": ["id", "provider", "fetched_at", "stored_at", "source", "offers_count", "summary", "plugin"],
+    "plugins": ["name", "last_attempt_at", "last_success_at", "last_error", "last_error_at"],
     "offers": ["provider", "offer_id", "snapshot_id", "gpu", "gpus", "gpu_memory_gb", "spot", "region", "currency",
                "hour_price_micros", "prices", "offer", "plan"],
     "price_history": ["snapshot_id", "provider", "fetched_at", "gpu", "gpus", "spot", "currency", "offers",
@@ -505,3 +506,100 @@ def test_store_path_defaults_to_the_user_data_dir(monkeypatch):
 
     monkeypatch.delenv("RENTOPT_HOME")
     assert store.store_path() == Path(user_data_dir("rentopt")) / "prices.sqlite"
+
+
+# --------------------------------------------------------------------------------------------
+# m004: plugins apart from providers (the price-sheet plugin's platforms become providers)
+
+
+def _old_style_snapshot(db, provider: str, snapshot_id: int, offers, when: datetime, source: str) -> None:
+    """What a version-2 rentopt wrote for one refresh of `provider` (its write_snapshot, by hand)."""
+    ts = store.timestamp(when)
+    db.execute("INSERT OR IGNORE INTO providers (name) VALUES (?)", (provider,))
+    db.execute("INSERT INTO snapshots (id, provider, fetched_at, stored_at, source, offers_count, summary)"
+               " VALUES (?, ?, ?, ?, ?, ?, '{}')", (snapshot_id, provider, ts, ts, source, len(offers)))
+    db.execute("DELETE FROM offers WHERE provider = ?", (provider,))
+    for o in offers:
+        row = store._offer_row(o, o.price_options[0].amount, ())
+        db.execute("INSERT INTO offers (provider, offer_id, snapshot_id, gpu, gpus, gpu_memory_gb, spot, region,"
+                   " currency, hour_price_micros, prices, offer, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (provider, row[0], snapshot_id, *row[1:]))
+    for h in store.history_rows(offers):
+        db.execute("INSERT INTO price_history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (snapshot_id, provider, ts, *h))
+    db.execute("UPDATE providers SET snapshot_id = ?, offers_count = ?, last_attempt_at = ?, last_success_at = ?"
+               " WHERE name = ?", (snapshot_id, len(offers), ts, ts, provider))
+
+
+def sheet_offer(platform: str, offer_id: str, gpu: str, gpus: int, price: str) -> Offer:
+    """An offer as the version-2 sheet plugin stored it: provider "sheet", id "<platform>/<id>"."""
+    return make_offer(f"{platform}/{offer_id}", provider="sheet", gpu=gpu, gpus=gpus, price=price, currency="CNY",
+                      source=f"https://{platform}.example", extra={"platform": platform})
+
+
+def test_m004_splits_the_sheet_plugin_into_its_platforms_and_loses_nothing(db_path):
+    night1, night2 = T0, T0 + timedelta(days=1)
+    v1 = [sheet_offer("autodl", "rtx4090-1x", "RTX-4090-24GB", 1, "1.88"), sheet_offer("jygpu", "8x-rtx4090", "RTX-4090-24GB", 8, "13.75")]
+    v2 = [sheet_offer("autodl", "rtx4090-1x", "RTX-4090-24GB", 1, "1.98"), sheet_offer("jygpu", "8x-rtx4090", "RTX-4090-24GB", 8, "13.75"),
+          sheet_offer("autodl", "rtx3090-1x", "RTX-3090-24GB", 1, "1.32")]
+    db = sqlite3.connect(db_path, isolation_level=None)
+    db.execute("PRAGMA foreign_keys = ON")
+    store.migrate(db, db_path, [store.m001_initial, store.m002_plan_rows])
+    _old_style_snapshot(db, "sheet", 1, v1, night1, "file://rentopt/providers/sheets")
+    _old_style_snapshot(db, "sheet", 2, v2, night2, "file://rentopt/providers/sheets")
+    db.execute("INSERT INTO offer_prices VALUES ('sheet', 'autodl/rtx4090-1x', 2, ?, 'old', 'new')", (store.timestamp(night2),))
+    _old_style_snapshot(db, "vast", 3, [make_offer("v1", provider="vast")], night1, "https://vast.example")
+    db.execute("UPDATE providers SET last_error = 'HTTP 500', last_error_at = ? WHERE name = 'vast'", (store.timestamp(night2),))
+    history_before = db.execute("SELECT count(*) FROM price_history").fetchone()[0]
+    db.close()
+
+    with open_writable(db_path) as s:
+        states = {p.name: p for p in s.providers()}
+        assert set(states) == {"autodl", "jygpu", "vast"}  # "sheet" is retired, not a provider any more
+        assert (states["autodl"].plugin, states["jygpu"].plugin, states["vast"].plugin) == ("sheet", "sheet", "vast")
+        assert states["autodl"].fetched_at == night2 and states["autodl"].offers_count == 2
+        assert states["vast"].stale and states["vast"].last_error == "HTTP 500"
+        offers = {o.key: o for o in s.load_offers()}
+        assert set(offers) == {("autodl", "rtx4090-1x"), ("autodl", "rtx3090-1x"), ("jygpu", "8x-rtx4090"), ("vast", "v1")}
+        assert offers[("autodl", "rtx4090-1x")].price_options[0].amount == Decimal("1.98")
+        assert {r.key for r in s.load_plan_rows()} == set(offers)
+        assert s.offer_price_changes("autodl", "rtx4090-1x") == [(night2, "new")]
+        plugins = {p.name: p for p in s.plugins()}
+        assert set(plugins) == {"sheet", "vast"} and plugins["vast"].stale
+        # history: an RTX 4090 x1 is only sold by autodl and x8 only by jygpu, so both rows move
+        assert [h.provider for h in s.price_history("RTX-4090-24GB", gpus=1)] == ["autodl", "autodl"]
+        assert [h.provider for h in s.price_history("RTX-4090-24GB", gpus=8)] == ["jygpu", "jygpu"]
+        assert s.db.execute("SELECT count(*) FROM price_history").fetchone()[0] == history_before
+        # and the next refresh of the platform continues where the old snapshots left off
+        diff = s.write_snapshot("autodl", [make_offer("rtx4090-1x", provider="autodl", gpu="RTX-4090-24GB", gpus=1,
+                                                      price="1.98", currency="CNY")],
+                                fetched_at=night2 + timedelta(days=1), plugin="sheet")
+        assert diff.removed == ["rtx3090-1x"] and diff.new == []
+
+
+def test_a_provider_of_several_plugins_names_the_last_writer_and_plugins_keep_their_own_state(db_path):
+    with open_writable(db_path) as s:
+        s.write_snapshot("gcp", [make_offer("g", provider="gcp")], fetched_at=T0, plugin="skypilot", now=T0)
+        s.mark_plugin("skypilot", now=T0)
+        s.mark_plugin("skypilot", error="offline", now=T0 + timedelta(hours=1))
+        assert {p.name: p.plugin for p in s.providers()} == {"gcp": "skypilot"}
+        (plugin,) = s.plugins()
+        assert plugin.stale and plugin.last_error == "offline" and plugin.last_success_at == T0
+
+
+def test_retiring_a_provider_drops_its_offers_but_keeps_its_history(db_path):
+    with open_writable(db_path) as s:
+        s.write_snapshot("mycloud", [make_offer("m", provider="mycloud")], fetched_at=T0, plugin="sheet")
+        assert s.retire_provider("mycloud") == 1
+        assert s.providers() == [] and s.load_offers() == []
+        assert len(s.price_history("H100-SXM-80GB")) == 1
+
+
+def test_imported_history_is_stored_once(db_path):
+    rows = tuple(store.history_rows([make_offer("a", provider="gcp")]))
+    past = [store.HistorySnapshot("gcp", "skypilot", T0 - timedelta(days=d), "catalog", 1, rows) for d in (2, 1)]
+    with open_writable(db_path) as s:
+        assert s.import_history(past) == 2
+        assert s.import_history(past) == 0  # the same file imported twice adds nothing
+        assert [h.fetched_at for h in s.price_history("H100-SXM-80GB", "gcp")] == [p.fetched_at for p in past]
+        assert s.providers()[0].has_data is False  # history alone is no current offer
+        assert [h.rows for h in s.history_snapshots("gcp")] == [rows, rows]

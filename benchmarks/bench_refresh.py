@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tools.build_snapshot import PLACEHOLDER_CREDENTIAL, builtin_providers, find_route  # noqa: E402
+from tools.fixture_routes import PLACEHOLDER_CREDENTIAL, builtin_providers, find_route  # noqa: E402
 from tools.fixture_routes import FIXTURES, load_manifest  # noqa: E402
 
 # Routes served from a second host, and the variable that points the plugin at our copy of it.

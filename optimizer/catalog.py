@@ -1,53 +1,90 @@
-"""Where offers come from: an --offers-file, the local price store, or the bundled snapshot.
+"""Where offers come from: an --offers-file, or per provider the newest of the local price
+store, the bundled snapshot and the user's own price sheets.
 
 Precedence (`load_offers`):
 1. `--offers-file` when given: exactly the offers in it, nothing else.
-2. the price store, when it holds current offers of at least one provider;
-3. otherwise the snapshot bundled with rentopt (`data/snapshot.json.gz`, built from the
-   recorded fixtures by tools/build_snapshot.py), labelled as such in every output.
+2. otherwise, PROVIDER BY PROVIDER (gcp, vast, jygpu, ...):
+   - a price sheet of that platform in `$RENTOPT_HOME/sheets/`: the user's own prices, read
+     now (no refresh needed);
+   - else the newer of the price store's current snapshot (its last good one, marked stale
+     when the last refresh failed) and the snapshot bundled with rentopt
+     (`data/snapshot.json.gz`, built from published catalogs by tools/build_snapshot.py);
+     on equal dates the store's.
+   One provider's offers always come from one of these, never a mix; `provenance` says which
+   for each provider, with its source and date, and every output prints it. A provider that
+   was never refreshed keeps its bundled offers, so a refresh that fails offline never hides
+   a provider from a quote.
 
-The store and the bundled snapshot are never mixed. A provider that has never been refreshed
-successfully into the store is left out (and named in `notes`) rather than filled in from the
-bundled snapshot: a quote that silently compares tonight's prices with a months-old file would
-pick a "cheapest" offer that may not exist any more, and `prices_as_of` would lie.
+The bundled snapshot and `rentopt snapshot export` share one file format (`SNAPSHOT_FORMAT`):
+per provider, the plugin, source and date of its offers, the offers, and its price history.
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import InputError, StoreError
 from rentopt.optimizer.models import Offer, Origin, PlanRow, plan_row
-from rentopt.optimizer.offers_io import hour_price, read_offers_file
-from rentopt.optimizer.store import OfferQuery, open_readonly, store_path
+from rentopt.optimizer.offers_io import age_words, hour_price, read_offers_file
+from rentopt.optimizer.store import HistorySnapshot, OfferQuery, open_readonly, store_path
 
 SNAPSHOT_RESOURCE = "data/snapshot.json.gz"
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 SortKey = Literal["price", "gpu", "provider", "memory"]
+# Where one provider's offers in an OfferSet come from.
+ProviderOrigin = Literal["store", "bundled", "sheet", "offers-file"]
 
 
-class SnapshotProvider(BaseModel):
-    provider: str
+class SnapshotHistory(BaseModel):
+    """One past snapshot of a provider: its price-history rows, not its offers."""
+
     fetched_at: datetime
     source: str
     offers: int
+    rows: list[tuple[str, int, int, str, int, str, str]]  # gpu, gpus, spot, currency, offers, min, median per GPU-hour
 
 
-class BundledSnapshot(BaseModel):
-    """The file format of data/snapshot.json.gz (written by tools/build_snapshot.py)."""
+class SnapshotProvider(BaseModel):
+    """One provider's section: where its offers were published and when, and its history."""
+
+    provider: str
+    plugin: str
+    fetched_at: datetime
+    source: str  # where the prices were published ("SkyPilot catalog ... (URL)")
+    offers: list[Offer]
+    history: list[SnapshotHistory] = []
+    note: str = ""
+
+
+class SnapshotFile(BaseModel):
+    """The file format of data/snapshot.json.gz and of `rentopt snapshot export`."""
 
     format: int
+    created_at: datetime
+    description: str = ""
     providers: list[SnapshotProvider]
-    offers: list[Offer]
+
+    @property
+    def offers(self) -> list[Offer]:
+        return [o for p in self.providers for o in p.offers]
+
+    def history_snapshots(self, section: SnapshotProvider) -> list[HistorySnapshot]:
+        return [HistorySnapshot(section.provider, section.plugin, h.fetched_at, h.source, h.offers,
+                                tuple(tuple(r) for r in h.rows)) for h in section.history]
+
+
+BundledSnapshot = SnapshotFile  # the name older code knows
 
 
 @dataclass(frozen=True)
@@ -61,15 +98,33 @@ class Provenance:
     stale: bool = False  # the last refresh failed; these are the last good prices
     last_error: str | None = None
     last_error_at: datetime | None = None
+    origin: ProviderOrigin = "store"
+    plugin: str | None = None
+    why: str = ""  # why this origin was chosen over another one holding the same provider
+
+    def describe(self, now: datetime | None = None) -> str:
+        """One line: "gcp: SkyPilot catalog of 2026-05-20 (bundled snapshot), 195 days old"."""
+        now = now or datetime.now(timezone.utc)
+        where = {"store": "from the price store", "bundled": "from the bundled snapshot",
+                 "sheet": "from your price sheet", "offers-file": "from the offers file"}[self.origin]
+        when = f"{self.fetched_at:%Y-%m-%d}" if self.fetched_at else ""
+        source = self.source if when and when in self.source else f"{self.source}, prices of {when}" if when else self.source
+        old = f", {age_words(self.fetched_at, now)} old" if self.fetched_at else ""
+        text = f"{self.provider}: {source}; {where}{old}"
+        if self.stale:
+            text += f"; STALE: the last refresh failed ({self.last_error})"
+        if self.why:
+            text += f"; {self.why}"
+        return text
 
 
 @dataclass
 class OfferSet:
     """Offers to plan with and where they came from.
 
-    A set loaded with `lazy=True` from the store holds planning rows instead of offers (`offers`
-    is empty): the planner ranks the rows and fetches the few full offers it needs with
-    `offers_by_key`. Every other set holds its offers.
+    A set loaded with `lazy=True` holds the store's providers as planning rows (`rows`) and
+    only the other providers' offers in `offers`: the planner ranks `plan_rows()` and fetches
+    the few full offers it needs with `offers_by_key`. Every other set holds all its offers.
     """
 
     offers: list[Offer]
@@ -82,37 +137,47 @@ class OfferSet:
     store: Path | None = None  # lazy sets: the store to fetch full offers from
 
     def plan_rows(self) -> list[PlanRow]:
-        return self.rows if self.rows is not None else [plan_row(o) for o in self.offers]
+        mine = [plan_row(o) for o in self.offers]
+        return mine if self.rows is None else self.rows + mine
+
+    def sources(self, now: datetime | None = None) -> list[str]:
+        """Per provider, where its prices come from (one line each, sorted by provider)."""
+        return [self.provenance[p].describe(now) for p in sorted(self.provenance)]
 
     def all_offers(self) -> list[Offer]:
         """Every offer of the set as a full Offer (a lazy set reads them from the store now)."""
         if self.rows is None:
             return self.offers
-        return list(self.offers_by_key(r.key for r in self.rows).values())
+        from_store = self.offers_by_key(r.key for r in self.rows)
+        return [from_store[r.key] for r in self.rows] + self.offers  # the other providers' are in memory
 
     def offers_by_key(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Offer]:
-        """Full offers for planning-row keys. For a lazy set, read from the store and checked
-        against the rows it ranked (a refresh in between is reported, never mixed in)."""
+        """Full offers for planning-row keys. For a lazy set, the store's are read from the store
+        and checked against the rows it ranked (a refresh in between is reported, never mixed in)."""
         wanted = set(keys)
+        found = {o.key: o for o in self.offers if o.key in wanted}
         if self.rows is None:
-            return {o.key: o for o in self.offers if o.key in wanted}
+            return found
+        from_store = wanted - set(found)
+        if not from_store:
+            return found
         store = open_readonly(self.store)
         if store is None:
             raise StoreError("the price store disappeared while quoting; run the quote again")
         with store:
-            found = {o.key: o for o in store.load_offers_by_key(sorted(wanted))}
-        ranked = {r.key: r for r in self.rows if r.key in wanted}
-        if set(found) != wanted or any(plan_row(o) != ranked[k] for k, o in found.items()):
+            loaded = {o.key: o for o in store.load_offers_by_key(sorted(from_store))}
+        ranked = {r.key: r for r in self.rows if r.key in from_store}
+        if set(loaded) != from_store or any(plan_row(o) != ranked[k] for k, o in loaded.items()):
             raise StoreError("prices changed while quoting (a refresh just finished); run the quote again")
-        return found
+        return found | loaded
 
 
 def load_offers(providers: list[str] | None = None, offers_file: Path | None = None, *,
                 query: OfferQuery | None = None, lazy: bool = False) -> OfferSet:
-    """The offers to plan with, from the first source that has any (see the module docstring).
+    """The offers to plan with (see the module docstring for where each provider's come from).
 
     `providers` narrows to those providers; `query` filters further (in SQL for the store).
-    `lazy=True` returns a store-backed set as planning rows (see OfferSet); the quote uses it.
+    `lazy=True` returns the store's part as planning rows (see OfferSet); the quote uses it.
     """
     query = query or OfferQuery()
     if providers is not None:
@@ -121,18 +186,110 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
     if offers_file is not None:
         return _from_offers_file(Path(offers_file), query, requested)
     store = open_readonly(store_path())
+    states = []
     if store is not None:
         with store:
-            states = store.providers()
-            if any(s.has_data for s in states):
-                if lazy and query.region is None and query.max_hour_price is None:
-                    rows = store.load_plan_rows(query)
-                    found = _from_store(store.path, states, [], query, requested, oldest=_oldest_row(rows))
-                    found.rows, found.store = rows, store.path
-                    return found
-                offers = store.load_offers(query)
-                return _from_store(store.path, states, offers, query, requested)
-    return _from_bundled(query, requested)
+            states = [s for s in store.providers() if s.has_data]
+    snapshot = _bundled_or_none(store_has_data=bool(states))
+    bundled = {p.provider: p for p in snapshot.providers} if snapshot else {}
+    sheets, sheet_notes = _user_sheets()
+    _check_known(requested, {s.name for s in states} | set(bundled) | set(sheets), "the price store or the bundled snapshot")
+    chosen = _choose(states, bundled, sheets)
+    if query.providers is not None:
+        # A plugin's name stands for the providers it delivers (`--providers sheet`: autodl, jygpu, ...).
+        wanted = {n for n in query.providers if n in chosen}
+        wanted |= {p for p, prov in chosen.items() if prov.plugin in query.providers and p not in query.providers
+                   and not any(n == p for n in query.providers)}
+        chosen = {n: p for n, p in chosen.items() if n in wanted}
+        query = replace(query, providers=tuple(sorted(wanted)))
+    from_store = sorted(n for n, p in chosen.items() if p.origin == "store")
+    offers: list[Offer] = []
+    for name, prov in sorted(chosen.items()):
+        if prov.origin == "bundled":
+            offers += [o for o in bundled[name].offers if query.matches(o)]
+        elif prov.origin == "sheet":
+            offers += [o for o in sheets[name] if query.matches(o)]
+    rows = None
+    if from_store:
+        store_query = replace(query, providers=tuple(from_store))
+        store = open_readonly(store_path())
+        if store is None:
+            raise StoreError("the price store disappeared while reading it; run the command again")
+        with store:
+            if lazy and query.region is None and query.max_hour_price is None:
+                rows = store.load_plan_rows(store_query)
+            else:
+                offers = store.load_offers(store_query) + offers
+    oldest = min([o.fetched_at for o in offers] + ([_oldest_row(rows)] if rows else []), default=None)
+    origins = {p.origin for p in chosen.values()}
+    origin: Origin = "store" if "store" in origins else "bundled"
+    notes = list(sheet_notes)
+    for p in chosen.values():
+        if p.stale:
+            notes.append(f"{p.provider}: the last refresh failed ({p.last_error}); showing its last good prices "
+                         f"from {_when(p.fetched_at)}")
+    if origins == {"bundled"}:
+        day = min((p.fetched_at for p in chosen.values() if p.fetched_at), default=None)
+        label = f"bundled snapshot of published prices{f' (oldest {day:%Y-%m-%d})' if day else ''} " \
+                "(run `rentopt refresh` for current prices)"
+    else:
+        parts = [f"{k} {sum(1 for p in chosen.values() if p.origin == k)}" for k in ("store", "bundled", "sheet")
+                 if any(p.origin == k for p in chosen.values())]
+        label = f"price store {store_path()}" if origins == {"store"} else f"providers from {', '.join(parts)}"
+        label += f", prices as of {_when(oldest)}" if oldest else ""
+        if any(p.stale for p in chosen.values()):
+            label += " (some stale: see notes)"
+    found = OfferSet(offers, origin, chosen, oldest, label, notes)
+    if rows is not None:
+        found.rows, found.store = rows, store_path()
+    return found
+
+
+def _choose(states: Sequence, bundled: dict[str, SnapshotProvider], sheets: dict[str, list[Offer]]) -> dict[str, Provenance]:
+    """Per provider, the one origin its offers come from (see the module docstring)."""
+    chosen: dict[str, Provenance] = {}
+    in_store = {s.name: s for s in states}
+    for name in sorted(set(in_store) | set(bundled) | set(sheets)):
+        state, section = in_store.get(name), bundled.get(name)
+        if name in sheets:
+            mine = sheets[name]
+            replaced = [w for w, there in (("price store", state), ("bundled snapshot", section)) if there]
+            chosen[name] = Provenance(name, max((o.fetched_at for o in mine), default=None),
+                                      mine[0].source if mine else "price sheet", len(mine), origin="sheet",
+                                      plugin="sheet", why=f"replaces the {' and '.join(replaced)}" if replaced else "")
+        elif state is not None and (section is None or state.fetched_at >= section.fetched_at):
+            why = f"newer than the bundled snapshot's of {section.fetched_at:%Y-%m-%d}" if section else ""
+            chosen[name] = Provenance(name, state.fetched_at, state.source or "", state.offers_count, state.stale,
+                                      state.last_error, state.last_error_at, origin="store", plugin=state.plugin, why=why)
+        elif section is not None:
+            why = ""
+            if state is not None:
+                why = f"newer than the price store's of {state.fetched_at:%Y-%m-%d}"
+            chosen[name] = Provenance(name, section.fetched_at, section.source, len(section.offers), origin="bundled",
+                                      plugin=section.plugin, why=why)
+    return chosen
+
+
+def _user_sheets() -> tuple[dict[str, list[Offer]], list[str]]:
+    """The user's own price sheets in $RENTOPT_HOME/sheets/, read now, by platform; and one
+    note per sheet that could not be used."""
+    from rentopt.optimizer.paths import rentopt_home
+
+    folder = rentopt_home() / "sheets"
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return {}, []  # the common case: no import of the plugin machinery (httpx) at all
+    from rentopt.providers.sheet import read_user_sheets
+
+    return read_user_sheets(folder)
+
+
+def _bundled_or_none(*, store_has_data: bool) -> SnapshotFile | None:
+    try:
+        return bundled_snapshot()
+    except StoreError:
+        if store_has_data:
+            return None  # an installation without a bundled snapshot still quotes from its store
+        raise
 
 
 def _with_providers(query: OfferQuery, providers: list[str]) -> OfferQuery:
@@ -149,54 +306,8 @@ def _from_offers_file(path: Path, query: OfferQuery, requested: list[str] | None
     provenance = {}
     for name in sorted({o.provider for o in everything}):
         mine = [o for o in everything if o.provider == name]
-        provenance[name] = Provenance(name, min(o.fetched_at for o in mine), str(path), len(mine))
+        provenance[name] = Provenance(name, min(o.fetched_at for o in mine), str(path), len(mine), origin="offers-file")
     return OfferSet(offers, "offers-file", provenance, _oldest(offers), f"offers file {path}")
-
-
-def _from_store(path: Path, states: Sequence, offers: list[Offer], query: OfferQuery,
-                requested: list[str] | None, oldest: datetime | None = None) -> OfferSet:
-    present = {s.name for s in states if s.has_data}
-    bundled_names = _bundled_names()
-    _check_known(requested, present | bundled_names, "the price store")
-    provenance = {
-        s.name: Provenance(s.name, s.fetched_at, s.source or "", s.offers_count, s.stale, s.last_error, s.last_error_at)
-        for s in states if s.has_data and (query.providers is None or s.name in query.providers)
-    }
-    notes = []
-    for p in provenance.values():
-        if p.stale:
-            notes.append(f"{p.provider}: the last refresh failed ({p.last_error}); showing its last good prices "
-                         f"from {_when(p.fetched_at)}")
-    wanted = set(query.providers) if query.providers is not None else bundled_names | {s.name for s in states}
-    if missing := sorted(wanted - present):
-        notes.append(f"no prices in the price store yet from {', '.join(missing)}: run `rentopt refresh "
-                     f"--providers {','.join(missing)}` (bundled prices are not mixed with refreshed ones)")
-    oldest = oldest or _oldest(offers)
-    label = f"price store {path}" + (f", prices as of {_when(oldest)}" if oldest else "")
-    if any(p.stale for p in provenance.values()):
-        label += " (some stale: see notes)"
-    return OfferSet(offers, "store", provenance, oldest, label, notes)
-
-
-def _from_bundled(query: OfferQuery, requested: list[str] | None) -> OfferSet:
-    snapshot = bundled_snapshot()
-    _check_known(requested, {p.provider for p in snapshot.providers}, "the bundled snapshot")
-    offers = [o for o in snapshot.offers if query.matches(o)]
-    provenance = {
-        p.provider: Provenance(p.provider, p.fetched_at, p.source, p.offers)
-        for p in snapshot.providers if query.providers is None or p.provider in query.providers
-    }
-    dates = [p.fetched_at for p in snapshot.providers]
-    day = min(dates).strftime("%Y-%m-%d") if dates else "unknown date"
-    label = f"bundled snapshot of {day} (run `rentopt refresh` for current prices)"
-    return OfferSet(offers, "bundled", provenance, _oldest(offers), label)
-
-
-def _bundled_names() -> set[str]:
-    try:
-        return {p.provider for p in bundled_snapshot().providers}
-    except StoreError:  # no bundled snapshot in this installation: nothing to point out
-        return set()
 
 
 def _check_known(requested: list[str] | None, present: set[str], where: str) -> None:
@@ -225,11 +336,82 @@ def _when(when: datetime | None) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# The bundled snapshot
+# History, from where each provider's offers came
+
+
+@dataclass
+class HistoryView:
+    """Price history of an OfferSet's providers, each read from where its offers came: the
+    store's snapshots for a store provider, the bundled snapshot's published history for a
+    bundled one. Open with `open_history`; close it (or use `with`)."""
+
+    provenance: dict[str, Provenance]
+    store: Any = None  # an open read-only Store, when a provider comes from it
+    bundled: dict[str, SnapshotProvider] = field(default_factory=dict)
+
+    def __enter__(self) -> HistoryView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    def _origin(self, provider: str) -> str | None:
+        p = self.provenance.get(provider)
+        return p.origin if p else None
+
+    def snapshot_summaries(self, provider: str) -> list[dict]:
+        """Each snapshot of the provider, oldest first: {"fetched_at", "offers", ...}."""
+        origin = self._origin(provider)
+        if origin == "store" and self.store is not None:
+            # Only the current plugin's snapshots: a move between two plugins' data is no move.
+            plugin = self.provenance[provider].plugin or provider
+            return [s for s in self.store.snapshot_summaries(provider) if s["plugin"] == plugin]
+        if origin == "bundled" and provider in self.bundled:
+            return [{"fetched_at": h.fetched_at, "offers": h.offers} for h in self.bundled[provider].history]
+        return []
+
+    def price_history(self, gpu: str, since: datetime | None = None) -> list:
+        """HistoryPoints of `gpu` at every provider of the set, oldest first."""
+        from rentopt.optimizer.store import HistoryPoint
+
+        points = []
+        if self.store is not None:
+            points += [h for h in self.store.price_history(gpu, since=since) if self._origin(h.provider) == "store"
+                       and (h.plugin or h.provider) == (self.provenance[h.provider].plugin or h.provider)]
+        for name, section in self.bundled.items():
+            if self._origin(name) != "bundled":
+                continue
+            for h in section.history:
+                if since is not None and h.fetched_at < since:
+                    continue
+                points += [HistoryPoint(name, h.fetched_at, g, n, bool(spot), ccy, k, Decimal(lo), Decimal(mid))
+                           for g, n, spot, ccy, k, lo, mid in h.rows if g == gpu]
+        return sorted(points, key=lambda h: (h.fetched_at, h.provider, h.gpus, h.spot))
+
+    def states(self) -> dict:
+        """The store's ProviderStates of the store providers (errors, last success)."""
+        if self.store is None:
+            return {}
+        return {s.name: s for s in self.store.providers() if self._origin(s.name) == "store"}
+
+
+def open_history(offers: OfferSet) -> HistoryView:
+    """The history behind `offers` (see HistoryView); read-only."""
+    origins = {p.origin for p in offers.provenance.values()}
+    store = open_readonly(store_path()) if "store" in origins else None
+    bundled = {}
+    if "bundled" in origins:
+        bundled = {p.provider: p for p in bundled_snapshot().providers}
+    return HistoryView(offers.provenance, store, bundled)
+
+
+# --------------------------------------------------------------------------------------------
+# The snapshot file (bundled, exported, imported)
 
 
 @lru_cache(maxsize=1)
-def bundled_snapshot() -> BundledSnapshot:
+def bundled_snapshot() -> SnapshotFile:
     """The snapshot shipped inside the package (read once per process)."""
     try:
         raw = resources.files("rentopt.optimizer").joinpath(SNAPSHOT_RESOURCE).read_bytes()
@@ -238,17 +420,120 @@ def bundled_snapshot() -> BundledSnapshot:
             "this installation of rentopt has no bundled price snapshot and there is no price store yet; "
             "run `rentopt refresh` to fetch prices"
         ) from None
-    return parse_snapshot(raw)
-
-
-def parse_snapshot(raw: bytes) -> BundledSnapshot:
     try:
-        snapshot = BundledSnapshot.model_validate_json(gzip.decompress(raw))
-    except (OSError, EOFError, ValidationError) as exc:
-        raise StoreError(f"the bundled price snapshot is damaged ({type(exc).__name__}); reinstall rentopt or run `rentopt refresh`") from None
+        return parse_snapshot(raw)
+    except InputError as exc:
+        raise StoreError(f"the bundled price snapshot is damaged ({exc}); reinstall rentopt or run `rentopt refresh`") from None
+
+
+_SNAPSHOT = TypeAdapter(SnapshotFile)
+_SECTION = TypeAdapter(SnapshotProvider)
+
+
+def parse_snapshot(raw: bytes) -> SnapshotFile:
+    """A snapshot file (gzip or plain JSON) in one validation pass; InputError if it is not one."""
+    text = _decompress(raw)
+    try:
+        snapshot = _SNAPSHOT.validate_json(text)
+    except ValidationError as exc:
+        version = _format_of(text)
+        if version is not None and version != SNAPSHOT_FORMAT:
+            raise InputError(f"snapshot format {version}; this rentopt reads format {SNAPSHOT_FORMAT}") from None
+        first = exc.errors()[0]
+        raise InputError(f"not a rentopt snapshot ({'.'.join(str(p) for p in first['loc'])}: {first['msg']})") from None
     if snapshot.format != SNAPSHOT_FORMAT:
-        raise StoreError(f"the bundled price snapshot has format {snapshot.format}, this rentopt reads {SNAPSHOT_FORMAT}; reinstall rentopt")
+        raise InputError(f"snapshot format {snapshot.format}; this rentopt reads format {SNAPSHOT_FORMAT}")
     return snapshot
+
+
+@dataclass
+class SectionProblem:
+    provider: str
+    error: str
+
+
+def parse_snapshot_sections(raw: bytes) -> tuple[SnapshotFile, list[SectionProblem]]:
+    """Like `parse_snapshot`, but one provider's bad section only loses that provider: the
+    file's other sections are returned with a problem per bad one (what `refresh --from` needs)."""
+    text = _decompress(raw)
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"not a rentopt snapshot: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("providers"), list):
+        raise InputError("not a rentopt snapshot: no 'providers' list")
+    if data.get("format") != SNAPSHOT_FORMAT:
+        raise InputError(f"snapshot format {data.get('format')!r}; this rentopt reads format {SNAPSHOT_FORMAT}")
+    sections, problems = [], []
+    for i, item in enumerate(data["providers"]):
+        name = item.get("provider") if isinstance(item, dict) and isinstance(item.get("provider"), str) else f"section {i + 1}"
+        try:
+            section = _SECTION.validate_python(item)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            problems.append(SectionProblem(name, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"))
+            continue
+        if bad := [o.offer_id for o in section.offers if o.provider != section.provider]:
+            problems.append(SectionProblem(name, f"offer {bad[0]} belongs to another provider"))
+            continue
+        sections.append(section)
+    try:
+        created = datetime.fromisoformat(str(data.get("created_at")).replace("Z", "+00:00"))
+    except ValueError:
+        created = datetime.now(timezone.utc)
+    return SnapshotFile(format=SNAPSHOT_FORMAT, created_at=created, description=str(data.get("description", "")),
+                        providers=sections), problems
+
+
+def _decompress(raw: bytes) -> bytes:
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"not a rentopt snapshot: a damaged gzip file ({exc})") from None
+    return raw
+
+
+def _format_of(text: bytes) -> Any:
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return data.get("format") if isinstance(data, dict) else None
+
+
+def encode_snapshot(snapshot: SnapshotFile) -> bytes:
+    """Deterministic bytes: compact JSON, gzip without a timestamp or file name."""
+    text = _SNAPSHOT.dump_json(snapshot, exclude_defaults=False)
+    return gzip.compress(text, compresslevel=9, mtime=0)
+
+
+def snapshot_json(snapshot: SnapshotFile) -> bytes:
+    """The snapshot as indented, uncompressed JSON."""
+    return _SNAPSHOT.dump_json(snapshot, indent=1)
+
+
+def export_snapshot(description: str = "", now: datetime | None = None) -> SnapshotFile:
+    """The store's current offers of every provider, with their sources, dates and history, in
+    the snapshot format (`rentopt snapshot export`)."""
+    store = open_readonly(store_path())
+    if store is None:
+        raise InputError(f"there is no price store at {store_path()} to export; run `rentopt refresh` first")
+    sections = []
+    with store:
+        for state in store.providers():
+            if not state.has_data:
+                continue
+            offers = store.load_offers(OfferQuery(providers=(state.name,)))
+            history = [SnapshotHistory(fetched_at=h.fetched_at, source=h.source, offers=h.offers,
+                                       rows=[tuple(r) for r in h.rows])  # type: ignore[misc]
+                       for h in store.history_snapshots(state.name)]
+            sections.append(SnapshotProvider(provider=state.name, plugin=state.plugin or state.name,
+                                             fetched_at=state.fetched_at, source=state.source or "",  # type: ignore[arg-type]
+                                             offers=offers, history=history,
+                                             note="stale: the last refresh failed" if state.stale else ""))
+    return SnapshotFile(format=SNAPSHOT_FORMAT, created_at=now or datetime.now(timezone.utc),
+                        description=description or f"exported from {store_path()}", providers=sections)
 
 
 # --------------------------------------------------------------------------------------------

@@ -391,9 +391,17 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
         click.echo(quote_json(quote))
     elif fmt == "markdown":
         click.echo(quote_markdown(quote, job=_job_line(model, setup)))
+        click.echo("\n## Where the prices come from\n")
+        click.echo("\n".join(f"- {line}" for line in offers.sources() + [f"note: {n}" for n in offers.notes]))
     else:
         click.echo(_job_line(model, setup))
         click.echo(quote_table(quote, explain=explain))
+        click.echo("")
+        click.echo("where the prices come from (per provider):")
+        for line in offers.sources():
+            click.echo(f"  {line}")
+        for note in offers.notes:
+            click.echo(f"note: {note}")
 
 
 def _job_line(model: Any, setup: Any) -> str:
@@ -527,29 +535,48 @@ def _comma_list(value: str | None) -> list[str] | None:
 
 
 @cli.command("refresh")
-@click.option("--providers", "names", metavar="A,B", help="Only these providers (comma-separated). Default: all registered.")
+@click.option("--providers", "names", metavar="A,B",
+              help="Only these provider plugins (comma-separated; `rentopt providers` lists them). Default: all.")
+@click.option("--from", "source", metavar="FILE|URL",
+              help="Import a snapshot file written by `rentopt snapshot export` (a team's nightly catalog) instead.")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors (for cron).")
-def refresh_command(names: str | None, quiet: bool) -> None:
-    """Fetch current prices from every provider into the local price store.
+def refresh_command(names: str | None, source: str | None, quiet: bool) -> None:
+    """Fetch current prices from every provider plugin into the local price store.
 
     \b
     Examples:
       rentopt refresh
       rentopt refresh --providers vast,runpod
+      rentopt refresh --providers skypilot       # SkyPilot's catalog: gcp, azure, lambda, ...
+      rentopt refresh --from https://ci.example.com/rentopt-snapshot.json.gz
       15 3 * * *  rentopt refresh --quiet        # nightly from cron
 
-    Providers are fetched at the same time; each one's prices are stored on their own. One that
-    fails keeps its last good prices (marked stale); one without its API key is skipped with the
-    variable to set. Exit status: 0 all refreshed, 1 some failed, 2 none succeeded.
+    Plugins are fetched at the same time; each provider's prices are stored on their own. One
+    that fails keeps its last good prices (marked stale); one without its API key is skipped with
+    the variable to set. The skypilot plugin reads RENTOPT_SKYPILOT_CATALOG (a folder or URL of
+    <cloud>/vms.csv files), else ~/.sky/catalogs/v8, else SkyPilot's published catalog. When two
+    plugins deliver the same provider (vast directly and from SkyPilot's catalog), the newer
+    prices are kept, never a mix. Exit status: 0 all refreshed, 1 some failed, 2 none succeeded.
     """
-    from rentopt.optimizer.refresh import format_report, run_refresh
+    from rentopt.optimizer.refresh import format_report, run_import, run_refresh
 
+    if source is not None:
+        if names:
+            raise click.UsageError("--from imports a whole snapshot file; leave out --providers")
+        report = run_import(source)
+        if quiet:
+            for r in report.results:
+                if r.status == "failed":
+                    click.echo(f"rentopt: {r.label}: {r.status}: {r.error}", err=True)
+        else:
+            click.echo(format_report(report))
+        sys.exit(report.exit_code)
     progress = (lambda line: click.echo(line, err=True)) if not quiet and sys.stderr.isatty() else None
     report = run_refresh(_comma_list(names), progress=progress)
     if quiet:
         for r in report.results:
             if r.status == "failed" or (r.status == "skipped" and r.requested):
-                click.echo(f"rentopt: {r.provider}: {r.status}: {r.error}", err=True)
+                click.echo(f"rentopt: {r.label}: {r.status}: {r.error}", err=True)
     else:
         click.echo(format_report(report))
     sys.exit(report.exit_code)
@@ -603,6 +630,8 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
     found = find_offers(query, offers_file=offers_file, sort=sort, limit=limit or (50 if fmt == "table" else None))
     if fmt != "table":
         click.echo(f"# {found.label}: {len(found.offers)} offers", err=True)
+        for line in found.sources():
+            click.echo(f"# prices: {line}", err=True)
         if fmt == "json":
             write_offers_json(found.offers, sys.stdout)
         else:
@@ -612,6 +641,8 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
     from tabulate import tabulate
 
     click.echo(f"Offers from the {found.label}")
+    for line in found.sources():
+        click.echo(f"prices: {line}")
     for note in found.notes:
         click.echo(f"note: {note}")
     if not found.offers:
@@ -634,6 +665,46 @@ def providers_command() -> None:
     from rentopt.optimizer.refresh import format_overview, provider_overview
 
     click.echo(format_overview(provider_overview()))
+
+
+@cli.group("snapshot")
+def snapshot_group() -> None:
+    """Share a price catalog: export the store's offers as a snapshot file for other machines.
+
+    \b
+    Examples:
+      rentopt snapshot export team-prices.json.gz
+      rentopt refresh --from team-prices.json.gz        # on another machine, no API keys needed
+
+    The file has the format of the snapshot bundled with rentopt: per provider, its offers with
+    their source and date, and its price history.
+    """
+
+
+@snapshot_group.command("export")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def snapshot_export_command(file: Path) -> None:
+    """Write the price store's current offers (every provider, with sources, dates and history) to FILE.
+
+    \b
+    Examples:
+      rentopt snapshot export prices.json.gz       # gzip-compressed (a .gz name)
+      rentopt snapshot export prices.json          # plain JSON
+
+    Read it back anywhere with `rentopt refresh --from FILE` (or an https:// URL where you
+    publish it, e.g. from a nightly CI job that holds the API keys).
+    """
+    from rentopt.optimizer.catalog import encode_snapshot, export_snapshot, snapshot_json
+    from rentopt.optimizer.errors import InputError
+
+    snapshot = export_snapshot()
+    data = encode_snapshot(snapshot) if file.suffix == ".gz" else snapshot_json(snapshot)
+    try:
+        file.write_bytes(data)
+    except OSError as exc:
+        raise InputError(f"cannot write {file}: {exc.strerror or exc}") from None
+    counts = ", ".join(f"{p.provider} {len(p.offers)}" for p in snapshot.providers)
+    click.echo(f"wrote {file}: {len(snapshot.offers)} offers ({counts})", err=True)
 
 
 @cli.command("report")

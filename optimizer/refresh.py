@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,11 +29,11 @@ Progress = Callable[[str], None]
 
 @dataclass
 class ProviderResult:
-    """One provider's line in the refresh summary."""
+    """One provider's line in the refresh summary (a multi-provider plugin has one per provider)."""
 
     provider: str
-    status: Literal["ok", "failed", "skipped"]
-    requested: bool  # named explicitly (--providers)
+    status: Literal["ok", "failed", "skipped", "kept"]  # kept: another plugin's newer data stays
+    requested: bool  # its plugin was named explicitly (--providers)
     offers: int = 0
     new: int = 0
     changed: int = 0
@@ -40,8 +41,15 @@ class ProviderResult:
     skipped_rows: int = 0
     unknown_gpus: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    error: str | None = None  # failed: why; skipped: which variable to set
+    error: str | None = None  # failed: why; skipped: which variable to set; kept: whose data stays
     had_prices: bool = False  # a failed provider keeps these earlier prices (stale)
+    plugin: str | None = None  # the plugin that fetched it, when not the provider itself
+    source: str | None = None
+    fetched_at: datetime | None = None
+
+    @property
+    def label(self) -> str:
+        return self.provider if not self.plugin or self.plugin == self.provider else f"{self.plugin}/{self.provider}"
 
 
 @dataclass
@@ -65,7 +73,7 @@ class RefreshReport:
         """0: every selected provider refreshed (an unrequested one skipped for lack of a key
         does not count against that); 1: some did not (their last good data is kept);
         2: none succeeded."""
-        succeeded = [r for r in self.results if r.status == "ok"]
+        succeeded = [r for r in self.results if r.status in ("ok", "kept")]
         missed = [r for r in self.results if r.status == "failed" or (r.status == "skipped" and r.requested)]
         if not succeeded:
             return 2
@@ -74,7 +82,7 @@ class RefreshReport:
 
 def run_refresh(names: list[str] | None = None, *, progress: Progress | None = None, settings=None,
                 transport=None) -> RefreshReport:
-    """Refresh `names` (all registered providers when None) into the price store."""
+    """Refresh the plugins `names` (all registered ones when None) into the price store."""
     from rentopt.providers.base import get_providers
 
     providers = get_providers(names)  # InputError for an unknown name, before any side effect
@@ -85,29 +93,145 @@ def run_refresh(names: list[str] | None = None, *, progress: Progress | None = N
             progress(f"refreshing {', '.join(p.name for p in providers)} into {store.path}")
         outcomes, fx_outcome = asyncio.run(_fetch_all(providers, settings, transport, progress))
         results = []
-        had_prices = {state.name for state in store.providers() if state.has_data}
         for provider, outcome in zip(providers, outcomes, strict=True):
-            secrets = provider_secrets(provider)
-            result = ProviderResult(provider.name, outcome.status, provider.name in requested,
-                                    skipped_rows=len(outcome.skipped), unknown_gpus=list(outcome.unknown_gpus),
-                                    seconds=outcome.seconds, error=outcome.error,
-                                    had_prices=provider.name in had_prices)
-            if outcome.status == "ok" and outcome.offers is not None:
+            results += _store_outcome(store, provider, outcome, provider.name in requested)
+        return RefreshReport(results, store.path, _store_fx(store, fx_outcome))
+
+
+def _store_outcome(store, plugin, outcome, requested: bool) -> list[ProviderResult]:
+    """Store one plugin's outcome, provider by provider (each in its own transaction)."""
+    secrets = provider_secrets(plugin)
+    states = {s.name: s for s in store.providers()}
+    mine = sorted(n for n, s in states.items() if (s.plugin or n) == plugin.name)
+    base = dict(requested=requested, skipped_rows=len(outcome.skipped), unknown_gpus=list(outcome.unknown_gpus),
+                seconds=outcome.seconds)
+    if outcome.status != "ok" or outcome.offers is None:
+        # The plugin failed (or was skipped) as a whole: every provider it delivered keeps its data.
+        names = mine if plugin.multi_provider else [plugin.name]
+        results = [ProviderResult(n, outcome.status, error=outcome.error, had_prices=n in states and states[n].has_data,
+                                  plugin=plugin.name, **base) for n in names or [plugin.name]]
+        if outcome.status == "failed":
+            for n in names:  # a multi-provider plugin that never delivered has no provider to mark
+                store.mark_failed(n, outcome.error or "unknown error", secrets=secrets)
+            store.mark_plugin(plugin.name, error=outcome.error or "unknown error", secrets=secrets)
+        return results
+    groups: dict[str, list] = {}
+    for offer in outcome.offers:
+        groups.setdefault(offer.provider, []).append(offer)
+    if not plugin.multi_provider:
+        groups = {plugin.name: groups.get(plugin.name, [])}
+    summary = {"skipped_rows": len(outcome.skipped), "unknown_gpus": outcome.unknown_gpus,
+               "requests": outcome.requests, "seconds": round(outcome.seconds, 3)}
+    results = []
+    for name in sorted(set(groups) | set(outcome.provider_errors)):
+        state = states.get(name)
+        had = bool(state and state.has_data)
+        if name in outcome.provider_errors:
+            error = outcome.provider_errors[name]
+            store.mark_failed(name, error, secrets=secrets)
+            results.append(ProviderResult(name, "failed", error=error, had_prices=had, plugin=plugin.name, **base))
+            continue
+        offers = groups[name]
+        source, fetched_at = outcome.provider_sources.get(
+            name, (plugin.base_url(), outcome.fetched_at or datetime.now(timezone.utc)))
+        result = ProviderResult(name, "ok", plugin=plugin.name, had_prices=had, source=source, fetched_at=fetched_at,
+                                **base)
+        if keeper := newer_elsewhere(state, plugin.name, fetched_at):
+            result.status, result.error = "kept", keeper
+        else:
+            try:
+                diff = store.write_snapshot(name, offers, plugin=plugin.name, fetched_at=fetched_at, source=source,
+                                            secrets=secrets, summary=summary)
+                result.offers, result.new, result.changed, result.removed = (
+                    diff.offers, len(diff.new), len(diff.changed), len(diff.removed))
+            except StoreError as exc:
+                result.status, result.error = "failed", f"fetched, but could not be stored: {exc}"
+                store.mark_failed(name, result.error, secrets=secrets)
+        results.append(result)
+    if getattr(plugin, "retires_missing", False):
+        # A price sheet the user deleted: its platform's offers go (its history stays).
+        for name in mine:
+            if name not in groups and name not in outcome.provider_errors:
+                gone = store.retire_provider(name)
+                results.append(ProviderResult(name, "ok", plugin=plugin.name, removed=gone, error="no longer delivered",
+                                              **base))
+    store.mark_plugin(plugin.name)
+    return results
+
+
+def newer_elsewhere(state, plugin: str, fetched_at: datetime) -> str | None:
+    """Why a provider's new data is NOT stored: another plugin's current data for the same
+    provider is newer. One provider's offers always come from one plugin's snapshot (never a
+    mix); between two plugins the newer data wins, on equal dates the provider's own plugin (its
+    direct API: `vast` over SkyPilot's vast rows), and the refresh summary says which stayed."""
+    if state is None or not state.has_data or (state.plugin or state.name) == plugin or state.fetched_at is None:
+        return None
+    if fetched_at > state.fetched_at or (fetched_at == state.fetched_at and plugin == state.name):
+        return None
+    return (f"kept {state.plugin or state.name}'s prices of {state.fetched_at:%Y-%m-%d %H:%M} UTC "
+            f"(newer than {plugin}'s of {fetched_at:%Y-%m-%d %H:%M} UTC)")
+
+
+def run_import(source: str, *, transport=None, now: datetime | None = None) -> RefreshReport:
+    """`rentopt refresh --from FILE|URL`: a snapshot file (`rentopt snapshot export`) into the
+    store, as a refresh would: provider by provider, each in its own transaction, the newer data
+    winning (a provider whose stored prices are as new or newer keeps them), its history added.
+    A bad provider section loses only that provider; a file that is not a snapshot changes nothing."""
+    from rentopt.optimizer.catalog import parse_snapshot_sections
+
+    started = time.perf_counter()
+    raw = _read_source(source, transport)
+    snapshot, problems = parse_snapshot_sections(raw)  # InputError before any side effect
+    home = rentopt_home()
+    with refresh_lock(home / LOCK_FILENAME), open_writable(store_path()) as store:
+        states = {s.name: s for s in store.providers()}
+        results = []
+        for problem in problems:
+            had = problem.provider in states and states[problem.provider].has_data
+            results.append(ProviderResult(problem.provider, "failed", True, error=f"in {source}: {problem.error}",
+                                          had_prices=had, plugin="import"))
+        for section in snapshot.providers:
+            state = states.get(section.provider)
+            result = ProviderResult(section.provider, "ok", True, plugin=section.plugin, source=section.source,
+                                    fetched_at=section.fetched_at, had_prices=bool(state and state.has_data))
+            if state is not None and state.has_data and state.fetched_at is not None \
+                    and state.fetched_at >= section.fetched_at:
+                result.status = "kept"
+                result.error = (f"kept the stored prices of {state.fetched_at:%Y-%m-%d %H:%M} UTC "
+                                f"({state.plugin or state.name}; as new as or newer than the file's)")
+            else:
                 try:
-                    diff = store.write_snapshot(
-                        provider.name, outcome.offers, fetched_at=outcome.fetched_at or datetime.now(timezone.utc),
-                        source=provider.base_url(), secrets=secrets,
-                        summary={"skipped_rows": len(outcome.skipped), "unknown_gpus": outcome.unknown_gpus,
-                                 "requests": outcome.requests, "seconds": round(outcome.seconds, 3)},
-                    )
+                    diff = store.write_snapshot(section.provider, section.offers, plugin=section.plugin,
+                                                fetched_at=section.fetched_at, source=section.source, now=now,
+                                                summary={"imported_from": source})
                     result.offers, result.new, result.changed, result.removed = (
                         diff.offers, len(diff.new), len(diff.changed), len(diff.removed))
                 except StoreError as exc:
-                    result.status, result.error = "failed", f"fetched, but could not be stored: {exc}"
-            if result.status == "failed":
-                store.mark_failed(provider.name, result.error or "unknown error", secrets=secrets)
+                    result.status, result.error = "failed", f"could not be stored: {exc}"
+            if result.status != "failed":
+                try:
+                    store.import_history(snapshot.history_snapshots(section), now=now)
+                except StoreError as exc:
+                    result.status, result.error = "failed", f"its history could not be stored: {exc}"
+            result.seconds = time.perf_counter() - started
             results.append(result)
-        return RefreshReport(results, store.path, _store_fx(store, fx_outcome))
+        return RefreshReport(results, store.path)
+
+
+def _read_source(source: str, transport) -> bytes:
+    from rentopt.optimizer.errors import InputError
+
+    if source.startswith(("http://", "https://")):
+        from rentopt.providers.team_catalog import ProviderError, fetch_snapshot_bytes
+
+        try:
+            return fetch_snapshot_bytes(source, transport=transport)
+        except ProviderError as exc:
+            raise InputError(f"cannot fetch the snapshot {source}: {exc.reason}") from None
+    try:
+        return Path(source).expanduser().read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the snapshot file {source}: {exc.strerror or exc}") from None
 
 
 async def _fetch_all(providers, settings, transport, progress: Progress | None):
@@ -206,16 +330,24 @@ def format_report(report: RefreshReport) -> str:
     rows = []
     for r in report.results:
         counts = [r.offers, r.new, r.changed, r.removed] if r.status == "ok" else ["-"] * 4
-        rows.append([r.provider, r.status, *counts, r.skipped_rows, len(r.unknown_gpus), f"{r.seconds:.1f}"])
+        rows.append([r.label, r.status, *counts, r.skipped_rows, len(r.unknown_gpus), f"{r.seconds:.1f}"])
     lines = [tabulate(rows, headers=REPORT_HEADERS, disable_numparse=True)]
+    unknown_said: set[str] = set()
     for r in report.results:
         if r.status == "failed":
             kept = "its last good prices are kept, marked stale" if r.had_prices else "it has no earlier prices"
-            lines.append(f"{r.provider}: failed: {r.error} ({kept})")
+            lines.append(f"{r.label}: failed: {r.error} ({kept})")
         elif r.status == "skipped":
-            lines.append(f"{r.provider}: skipped: {r.error}")
-        if r.unknown_gpus:
-            lines.append(f"{r.provider}: GPU names not in the catalog (kept as unknown): {', '.join(r.unknown_gpus)}")
+            lines.append(f"{r.label}: skipped: {r.error}")
+        elif r.status == "kept":
+            lines.append(f"{r.label}: not stored: {r.error}")
+        elif r.error:
+            lines.append(f"{r.label}: {r.error}")
+        if r.status == "ok" and r.fetched_at is not None and r.source and r.plugin and r.plugin != r.provider:
+            lines.append(f"{r.label}: prices of {r.fetched_at:%Y-%m-%d} from {r.source}")
+        if r.unknown_gpus and (r.plugin or r.provider) not in unknown_said:
+            unknown_said.add(r.plugin or r.provider)
+            lines.append(f"{r.plugin or r.provider}: GPU names not in the catalog (kept as unknown): {', '.join(r.unknown_gpus)}")
     if report.fx is not None:
         lines.append(describe_fx(report.fx))
     lines.append(f"price store: {report.store_path}")
@@ -236,16 +368,33 @@ def describe_fx(fx: FxResult) -> str:
 
 @dataclass
 class ProviderOverview:
+    """One plugin (the unit `refresh --providers` names): key status and its last run."""
+
     name: str
     key: str  # "yes", "no", "no (optional)", "not needed"; never the key itself
     key_env: str | None
     registered: bool
-    offers: int | None  # in the price store; None when it has none from this provider
+    offers: int | None  # in the price store, over all its providers; None when it has none
     fetched_at: datetime | None
     last_success_at: datetime | None
     stale: bool
     last_error: str | None
     last_error_at: datetime | None
+    delivers: list[str] = field(default_factory=list)  # the providers whose current prices it delivered
+
+
+@dataclass
+class OfferSource:
+    """One provider (what plans, --providers and offers name): where its prices come from now."""
+
+    provider: str
+    plugin: str | None
+    origin: str  # "store", "bundled", "sheet"
+    offers: int
+    fetched_at: datetime | None
+    source: str
+    stale: bool
+    why: str = ""
 
 
 @dataclass
@@ -254,33 +403,46 @@ class Overview:
     broken: list  # providers.base.BrokenPlugin
     store_path: Path
     has_store: bool
+    sources: list[OfferSource] = field(default_factory=list)
 
 
 def provider_overview() -> Overview:
-    """Registered providers with their key status and their state in the store (read-only)."""
+    """Registered plugins with their key status and last run, and per provider where its
+    prices come from (the store, the bundled snapshot or a user's sheet). Read-only."""
+    from rentopt.optimizer.catalog import load_offers
     from rentopt.providers.base import load_providers
 
     registry, broken = load_providers()
     store = open_readonly(store_path())
-    states = {}
+    states, plugin_states = {}, {}
     if store is not None:
         with store:
             states = {s.name: s for s in store.providers()}
+            plugin_states = {p.name: p for p in store.plugins()}
     rows = []
-    for name in sorted(set(registry) | set(states)):
+    for name in sorted(set(registry) | set(plugin_states)):
         cls = registry.get(name)
-        state = states.get(name)
+        run = plugin_states.get(name)
+        mine = sorted(n for n, s in states.items() if (s.plugin or n) == name and s.has_data)
+        own = states.get(name)
         rows.append(ProviderOverview(
             name=name, key=_key_status(cls()) if cls else "-", key_env=cls.key_env if cls else None,
             registered=cls is not None,
-            offers=state.offers_count if state and state.has_data else None,
-            fetched_at=state.fetched_at if state else None,
-            last_success_at=state.last_success_at if state else None,
-            stale=state.stale if state else False,
-            last_error=state.last_error if state else None,
-            last_error_at=state.last_error_at if state else None,
+            offers=sum(states[n].offers_count for n in mine) if mine else None,
+            fetched_at=max((states[n].fetched_at for n in mine if states[n].fetched_at), default=None),
+            last_success_at=run.last_success_at if run else (own.last_success_at if own else None),
+            stale=run.stale if run else (own.stale if own else False),
+            last_error=run.last_error if run else (own.last_error if own else None),
+            last_error_at=run.last_error_at if run else (own.last_error_at if own else None),
+            delivers=mine,
         ))
-    return Overview(rows, list(broken), store_path(), store is not None)
+    try:
+        found = load_offers()
+        sources = [OfferSource(p.provider, p.plugin, p.origin, p.offers, p.fetched_at, p.source, p.stale, p.why)
+                   for p in sorted(found.provenance.values(), key=lambda p: p.provider)]
+    except StoreError:
+        sources = []
+    return Overview(rows, list(broken), store_path(), store is not None, sources)
 
 
 def _key_status(provider) -> str:
@@ -294,7 +456,7 @@ def _key_status(provider) -> str:
 def format_overview(overview: Overview, now: datetime | None = None) -> str:
     from tabulate import tabulate
 
-    from rentopt.optimizer.offers_io import age
+    from rentopt.optimizer.offers_io import age, age_words
 
     now = now or datetime.now(timezone.utc)
     rows = []
@@ -302,9 +464,21 @@ def format_overview(overview: Overview, now: datetime | None = None) -> str:
         success = f"{p.last_success_at:%Y-%m-%d %H:%M} ({age(p.last_success_at, now)} ago)" if p.last_success_at else "never"
         error = f"{p.last_error_at:%Y-%m-%d %H:%M}: {p.last_error}" if p.last_error and p.last_error_at else ""
         rows.append([p.name + ("" if p.registered else " (not installed)"), p.key,
-                     "-" if p.offers is None else p.offers, success, "yes" if p.stale else "no", error])
-    lines = [tabulate(rows, headers=("provider", "key set", "offers", "last success (UTC)", "stale", "last error"),
-                      disable_numparse=True)]
+                     "-" if p.offers is None else p.offers, ", ".join(p.delivers) or "-", success,
+                     "yes" if p.stale else "no", error])
+    lines = ["plugins (what `rentopt refresh --providers` names):",
+             tabulate(rows, headers=("plugin", "key set", "offers", "delivers", "last success (UTC)", "stale",
+                                     "last error"), disable_numparse=True)]
+    if overview.sources:
+        where = {"store": "price store", "bundled": "bundled snapshot", "sheet": "your price sheet"}
+        table = [[s.provider, s.plugin or "-", where.get(s.origin, s.origin), s.offers,
+                  f"{s.fetched_at:%Y-%m-%d}" if s.fetched_at else "-",
+                  age_words(s.fetched_at, now) if s.fetched_at else "-", "yes" if s.stale else "no",
+                  s.source + (f" ({s.why})" if s.why else "")]
+                 for s in overview.sources]
+        lines += ["", "providers (what quotes, offers and --providers name) and where their prices come from:",
+                  tabulate(table, headers=("provider", "plugin", "from", "offers", "prices of", "age", "stale", "source"),
+                           disable_numparse=True)]
     for b in overview.broken:
         lines.append(f"broken plugin {b.name}: {b.error}")
     if not overview.has_store:

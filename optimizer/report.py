@@ -33,17 +33,16 @@ from pathlib import Path
 from typing import Literal
 
 from rentopt import __version__
-from rentopt.optimizer.catalog import OfferSet, load_offers
+from rentopt.optimizer.catalog import OfferSet, load_offers, open_history
 from rentopt.optimizer.charts import PALETTE, Bar, bar_chart, line_chart
 from rentopt.optimizer.currency import FxTable, round_money
-from rentopt.optimizer.errors import InputError, NoFeasiblePlan, StoreError
+from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.models import FxRate, GpuSpec, ModelSpec, Offer, Origin, Plan, PlanStage, PriceUnit, TrainingSetup
 from rentopt.optimizer.offers_io import UNIT_ORDER, age_words, hour_price
 from rentopt.optimizer.offers_io import money as unit_price
 from rentopt.optimizer.planner import QuoteRequest, build_quote
 from rentopt.optimizer.render import money, number
-from rentopt.optimizer.store import open_readonly, store_path
 from rentopt.optimizer.text import escape_html as esc
 from rentopt.optimizer.text import escape_markdown as md
 from rentopt.optimizer.workload import resolve_model
@@ -342,7 +341,7 @@ def build_report(request: ReportRequest, fx: FxTable) -> Report:
     priced = [(o.currency, o.fetched_at) for o in offers.offers]
     notes += fx.old_rate_warnings(priced, currency)
     providers = sorted(offers.provenance)
-    facts = _store_facts(offers, providers, request, now, fx, currency) if offers.origin == "store" \
+    facts = _store_facts(offers, providers, request, now, fx, currency) if offers.origin != "offers-file" \
         else _bundled_facts(offers)
     prices, unlisted = gather_prices(offers.offers, fx, currency)
     if unlisted:
@@ -371,34 +370,56 @@ class _Facts:
 
 def _store_facts(offers: OfferSet, providers: list[str], request: ReportRequest, now: datetime, fx: FxTable,
                  currency: str) -> _Facts:
-    store = open_readonly(store_path())
-    if store is None:  # removed between the two reads
-        raise StoreError(f"the price store {store_path()} disappeared while the report was being made; run it again")
+    """Freshness and history, each provider's from where its offers came (catalog.open_history):
+    the price store's snapshots, or the bundled snapshot's published history."""
     oldest = _oldest_prices(offers)
-    with store:
-        wanted = set(request.providers) if request.providers else None
-        states = [s for s in store.providers() if wanted is None or s.name in wanted]
-        summaries = {s.name: store.snapshot_summaries(s.name) for s in states}
-        freshness = [
-            Freshness(
-                provider=s.name, origin="price store", offers=s.offers_count if s.has_data else 0,
-                fetched_at=oldest.get(s.name, s.fetched_at), last_success_at=s.last_success_at, stale=s.stale or not s.has_data,
-                last_error=s.last_error, last_error_at=s.last_error_at,
-                unknown_gpus=tuple(summaries[s.name][-1].get("unknown_gpus", ())) if summaries[s.name] else (),
-            )
-            for s in states
-        ]
-        # Moves compare each provider's last two refreshes, which may be older than the window.
-        previous = {p: [row["fetched_at"] for row in rows[-2:]] for p, rows in summaries.items() if p in providers}
+    unknown: dict[str, set[str]] = defaultdict(set)
+    for o in offers.offers:
+        if o.gpu is None:
+            unknown[o.provider].add(o.gpu_raw)
+    with open_history(offers) as history:
+        states = history.states()
+        summaries = {p: history.snapshot_summaries(p) for p in providers}
+        freshness = []
+        for p in providers:
+            prov, s = offers.provenance[p], states.get(p)
+            if s is not None:
+                freshness.append(Freshness(
+                    provider=p, origin="price store", offers=s.offers_count if s.has_data else 0,
+                    fetched_at=oldest.get(p, s.fetched_at), last_success_at=s.last_success_at,
+                    stale=s.stale or not s.has_data, last_error=s.last_error, last_error_at=s.last_error_at,
+                    unknown_gpus=tuple(summaries[p][-1].get("unknown_gpus", ())) if summaries[p] else ()))
+            else:
+                where = "your price sheet" if prov.origin == "sheet" else \
+                    f"bundled snapshot of {prov.fetched_at:%Y-%m-%d}" if prov.fetched_at else "bundled snapshot"
+                freshness.append(Freshness(
+                    provider=p, origin=where, offers=prov.offers, fetched_at=oldest.get(p, prov.fetched_at),
+                    last_success_at=None, stale=False, last_error=None, last_error_at=None,
+                    unknown_gpus=tuple(sorted(unknown[p]))))
+        # Moves compare each provider's last two snapshots, which may be older than the window.
+        previous = {p: [row["fetched_at"] for row in rows[-2:]] for p, rows in summaries.items()}
         window_start = now - request.since
         start = min([window_start] + [t[0] for t in previous.values() if t])
         gpus = sorted({o.gpu for o in offers.offers if o.gpu})
-        points = {g: [h for h in store.price_history(g, since=start) if h.provider in providers] for g in gpus}
+        points = {g: [h for h in history.price_history(g, since=start) if h.provider in providers] for g in gpus}
     by_key = history_points_by_key(points, fx, currency)
+    # A bundled provider's history is its published catalogs': the window ends at its own last one.
+    series: dict[str, list[HistorySeries]] = defaultdict(list)
+    anchored = []
+    for p in providers:
+        last = previous.get(p, [])[-1:] if offers.provenance[p].origin != "store" else []
+        start_p = (last[0] - request.since) if last and last[0] - request.since < window_start else window_start
+        if start_p < window_start:
+            anchored.append(f"{p} up to {last[0]:%Y-%m-%d}")
+        for gpu, lines in history_series({k: v for k, v in by_key.items() if k[0] == p}, start_p).items():
+            series[gpu] += lines
     note = None
     if all(len(t) < 2 for t in previous.values()):
         note = "Only one refresh is stored so far: history builds up with each `rentopt refresh` (run it nightly)."
-    return _Facts(freshness, history_series(by_key, window_start), price_moves(by_key, previous), note)
+    elif anchored:
+        note = (f"Providers shown from the bundled snapshot have the history their published catalogs carry: the "
+                f"{request.since_text} before their latest catalog ({', '.join(anchored)}).")
+    return _Facts(freshness, dict(series), price_moves(by_key, previous), note)
 
 
 def _bundled_facts(offers: OfferSet) -> _Facts:

@@ -25,6 +25,7 @@ from typing import Any
 
 from rentopt.optimizer.errors import ProviderError, ProviderSchemaError
 from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from rentopt.providers import multinode
 from rentopt.providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
 
 OFFER_PATH = "/offers/v1.0/aws/AmazonEC2/current/{region}/index.json"
@@ -339,7 +340,7 @@ def _common_fields(family: Family, instance_type: str, gpus: int, attrs: dict[st
             extra[name] = attrs[key]
     if family.efa:
         extra["fabric_name"] = "EFA"
-    return {
+    return multinode.apply({
         "gpu_raw": family.gpu_raw,
         "gpu_memory_gb": family.memory_gb,
         "host_ram_gb": memory_gb(attrs.get("memory")),
@@ -355,7 +356,7 @@ def _common_fields(family: Family, instance_type: str, gpus: int, attrs: dict[st
         "ingress_gb": INGRESS_PER_GB,
         "source": source,
         "extra": extra,
-    }
+    }, multinode.AWS_FAMILIES.get(instance_type.split(".")[0]), keep_feed_fabric=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from rentopt.providers import multinode
 from rentopt.providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
 
 PRICES_PATH = "/api/retail/prices"
@@ -470,7 +471,7 @@ def _common_fields(size: Size, sku: str, region: str, prices: _VmPrices, disk_mo
             {"from_gb": str(t), "usd_per_gb": str(p) if p is not None else None}
             for t, p in sorted(tiers, key=lambda t: t[0])
         ]
-    return {
+    fields = {
         "gpu_raw": family.gpu_raw,
         "gpu_memory_gb": family.memory_gb,
         "gpus": size.gpus,
@@ -485,3 +486,5 @@ def _common_fields(size: Size, sku: str, region: str, prices: _VmPrices, disk_mo
         "source": source,
         "extra": extra,
     }
+    # InfiniBand sizes ('r') are sold for clusters: a stated, cited node count (providers/multinode.py).
+    return multinode.apply(fields, multinode.AZURE_FAMILIES.get(sku) if fabric_gbps else None)

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -74,6 +75,10 @@ class Provider(ABC):
     # check_offers fails a response in which most rows were skipped (schema drift). A plugin
     # whose skips are not rows (the sheet plugin skips whole files) turns this off.
     guard_skipped_share: ClassVar[bool] = True
+    # A plugin whose offers belong to several providers (the SkyPilot catalog: one per cloud;
+    # price sheets: one per platform) sets this; its offers then name their own provider, and
+    # `rentopt refresh --providers NAME` still names the plugin.
+    multi_provider: ClassVar[bool] = False
 
     @classmethod
     def base_url_env(cls) -> str:
@@ -191,6 +196,10 @@ class FetchContext:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     unknown_gpus: set[str] = field(default_factory=set)
     requests: int = 0
+    # Multi-provider plugins: per provider, why it failed this time (its old data is kept), and
+    # the source and date of the data delivered for it (a catalog's own date, not the fetch time).
+    provider_errors: dict[str, str] = field(default_factory=dict)
+    provider_sources: dict[str, tuple[str, datetime]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._semaphore = asyncio.Semaphore(self.provider.max_concurrency)
@@ -444,7 +453,12 @@ class FetchOutcome:
     seconds: float = 0.0
     requests: int = 0
     fetched_at: datetime | None = None
+    provider_errors: dict[str, str] = field(default_factory=dict)
+    provider_sources: dict[str, tuple[str, datetime]] = field(default_factory=dict)
 
+
+# What a multi-provider plugin may call a provider: the names `--providers` takes.
+PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
 # A response in which most rows cannot be used is schema drift, not a thin catalog.
 MAX_SKIPPED_SHARE = 0.5
@@ -475,6 +489,8 @@ async def fetch_one(provider: Provider, client: httpx.AsyncClient, settings: Htt
         provider.name, "ok", offers=offers, skipped=ctx.skipped,
         unknown_gpus=sorted(ctx.unknown_gpus), seconds=time.perf_counter() - start,
         requests=ctx.requests, fetched_at=ctx.fetched_at,
+        provider_errors={k: ctx.scrub(v) for k, v in ctx.provider_errors.items()},
+        provider_sources=dict(ctx.provider_sources),
     )
 
 
@@ -484,20 +500,20 @@ def check_offers(ctx: FetchContext, offers: list[Offer]) -> None:
     if not isinstance(offers, list):
         raise ctx.schema_error("plugin returned something other than a list of offers")
     total = len(offers) + len(ctx.skipped)
-    if total == 0:
+    if total == 0 and not (ctx.provider.multi_provider and ctx.provider_errors):
         raise ctx.schema_error("the response held no offers at all")
     if ctx.provider.guard_skipped_share and len(ctx.skipped) > MAX_SKIPPED_SHARE * total:
         raise ctx.schema_error(
             f"{len(ctx.skipped)} of {total} rows could not be used (first: {ctx.skipped[0][1]}); "
             "the API's format has probably changed"
         )
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for o in offers:
-        if o.provider != name:
+        if o.provider != name and not (ctx.provider.multi_provider and PROVIDER_NAME.fullmatch(o.provider)):
             raise ctx.schema_error(f"offer {o.offer_id} claims provider {o.provider!r}")
-        if o.offer_id in seen:
+        if o.key in seen:
             raise ctx.schema_error(f"duplicate offer id {o.offer_id!r}")
-        seen.add(o.offer_id)
+        seen.add(o.key)
 
 
 async def fetch_all(providers: list[Provider], settings: HttpSettings | None = None,

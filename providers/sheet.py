@@ -6,9 +6,11 @@ sheets in `providers/sheets/` (package data); users add their own in `$RENTOPT_H
 user sheet whose `platform` matches a bundled one replaces it. See `providers/sheets/jygpu.toml`
 for a commented example of every field.
 
-Offers keep `provider = "sheet"` (the plugin's name, which the store and the integrity check key
-on) with `offer_id = "<platform>/<id>"` and the platform in `extra["platform"]`. An offer's
+Each platform is its own provider: a sheet's offers have `provider = "<platform>"` (autodl,
+jygpu, ...) and `offer_id = "<id>"`, with the platform also in `extra["platform"]`; the plugin
+that refreshes them all is "sheet" (`rentopt refresh --providers sheet`). An offer's
 `fetched_at` is the sheet's `read_on` date: the day the price was read, never the refresh time.
+`rentopt quote` also reads the user's own sheets directly (`read_user_sheets`), no refresh needed.
 
 A broken sheet (bad syntax, a missing or invalid field, a negative price) is reported with its
 file and field and skipped; the other sheets still load.
@@ -339,7 +341,8 @@ def sheet_offers(ctx: FetchContext, loaded: LoadedSheet) -> list[Offer]:
             if item.note:
                 extra["offer_note"] = item.note
             offer = ctx.offer(
-                offer_id=f"{sheet.platform}/{item.id}{suffix}",
+                provider=sheet.platform,
+                offer_id=f"{item.id}{suffix}",
                 gpu_raw=item.gpu,
                 gpu_memory_gb=item.memory_gb,
                 gpus=n,
@@ -383,6 +386,9 @@ class SheetProvider(Provider):
                            source="each sheet's [billing] table")
     # A skip here is a whole sheet, not a row: one broken file must not fail the good ones.
     guard_skipped_share = False
+    # One provider per platform; a platform whose sheet was deleted leaves the store.
+    multi_provider = True
+    retires_missing = True
 
     async def fetch(self, ctx: FetchContext) -> list[Offer]:
         loaded, problems = collect_sheets()
@@ -396,8 +402,37 @@ class SheetProvider(Provider):
                     f"{user_sheet_dir()} with real prices and placeholder_prices = false"
                 ))
                 continue
-            offers.extend(sheet_offers(ctx, item))
+            mine = sheet_offers(ctx, item)
+            if mine:
+                # The platform's prices are dated by the sheet (the day they were read), not the refresh.
+                ctx.provider_sources[item.sheet.platform] = (
+                    f"{item.sheet.name or item.sheet.platform} price sheet ({item.sheet.source}), read {item.sheet.read_on}"
+                    + (" (your sheet)" if item.origin == "user" else ""),
+                    max(o.fetched_at for o in mine))
+            offers.extend(mine)
         if not offers and problems:
             raise ctx.schema_error(f"no usable price sheet ({len(problems)} could not be read; first: {problems[0].message})")
         return offers
 
+
+
+def read_user_sheets(user_dir: Path | None = None) -> tuple[dict[str, list[Offer]], list[str]]:
+    """The user's own sheets in `$RENTOPT_HOME/sheets/` as offers by platform, read now (what a
+    quote uses without a refresh), and one note per sheet that could not be used."""
+    user_dir = user_sheet_dir() if user_dir is None else user_dir
+    if not sheet_files(user_dir):
+        return {}, []
+    loaded, problems = collect_sheets(bundled_dir=_NO_DIR, user_dir=user_dir)
+    ctx = FetchContext(SheetProvider(), client=None, fetched_at=datetime.now(timezone.utc))  # type: ignore[arg-type]
+    out: dict[str, list[Offer]] = {}
+    notes = [p.message for p in problems]
+    for item in loaded:
+        if item.sheet.placeholder_prices:
+            notes.append(f"price sheet {item.path}: placeholder_prices = true, so {item.sheet.platform} has no offers from it")
+            continue
+        out[item.sheet.platform] = sheet_offers(ctx, item)
+    notes += [f"price sheet {row_id}: {reason}" for row_id, reason in ctx.skipped]
+    return out, notes
+
+
+_NO_DIR = Path("/nonexistent-rentopt-bundled-sheets")

@@ -24,6 +24,10 @@ def isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("RENTOPT_HOME", str(home))
     # Only rentopt's own plugins: one installed next to it must not change a test's result.
     monkeypatch.setenv("RENTOPT_PLUGINS", "builtin")
+    # Nor a developer's own SkyPilot catalog (~/.sky/catalogs/v8), which the skypilot plugin reads.
+    from rentopt.providers import skypilot
+
+    monkeypatch.setattr(skypilot, "LOCAL_CATALOG", tmp_path / "no-skypilot-catalog")
     yield home
 
 

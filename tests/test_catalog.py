@@ -44,56 +44,100 @@ def bundled_providers() -> set[str]:
 def test_without_a_store_the_bundled_snapshot_is_used_and_labelled(rentopt_home):
     found = load_offers()
     assert found.origin == "bundled"
-    assert found.label == "bundled snapshot of 2026-11-28 (run `rentopt refresh` for current prices)"
-    assert len(found.offers) == sum(p.offers for p in catalog.bundled_snapshot().providers) > 100
+    assert found.label == ("bundled snapshot of published prices (oldest 2026-05-20) "
+                           "(run `rentopt refresh` for current prices)")
+    assert len(found.offers) == len(catalog.bundled_snapshot().offers) > 1000
     assert found.prices_as_of == min(o.fetched_at for o in found.offers)
     assert set(found.provenance) == bundled_providers()
+    assert {p.origin for p in found.provenance.values()} == {"bundled"}
     assert not rentopt_home.exists()  # reading never creates the store
 
 
-def test_the_bundled_snapshot_covers_the_built_in_providers():
+def test_the_bundled_snapshot_holds_published_prices_only():
     snapshot = catalog.bundled_snapshot()
-    by_provider = {p.provider: p for p in snapshot.providers}
-    assert set(by_provider) >= {"vast", "runpod", "lambda", "datacrunch", "azure", "aws"}
-    for name, entry in by_provider.items():
-        mine = [o for o in snapshot.offers if o.provider == name]
-        assert len(mine) == entry.offers > 0, name
-        assert entry.fetched_at == datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
+    sections = {p.provider: p for p in snapshot.providers}
+    # SkyPilot's catalog for four clouds and the two sheets with sourced prices; NexGPU's
+    # placeholder prices contribute nothing, and no recorded test fixture ships.
+    assert set(sections) == {"gcp", "azure", "lambda", "vast", "jygpu", "autodl"}
+    for cloud in ("gcp", "azure", "lambda", "vast"):
+        section = sections[cloud]
+        assert section.plugin == "skypilot"
+        assert section.fetched_at == datetime(2026, 5, 20, tzinfo=timezone.utc)
+        assert section.source.startswith("SkyPilot catalog of 2026-05-20 (") and "github.com/anycloud-sh/catalog" in section.source
+        assert {o.source for o in section.offers} == {section.source}
+    assert sum(len(sections[c].offers) for c in ("gcp", "azure", "lambda", "vast")) >= 1000
+    assert sections["jygpu"].fetched_at == datetime(2026, 9, 20, tzinfo=timezone.utc)
+    assert not [o for o in snapshot.offers if o.provider in ("sheet", "nexgpu") or o.offer_id == "21166299"]
     assert all(p.amount > 0 for o in snapshot.offers for p in o.price_options)
+    # JYGPU: 9,900 list and 7,920 discounted CNY a month for the 8 x RTX 4090 node (seed 004, 2026-09-20)
+    (jygpu,) = sections["jygpu"].offers
+    assert [(p.unit, p.amount) for p in jygpu.price_options] == [("month", Decimal(9900)), ("month", Decimal(7920))]
+    # lambda's gpu_8x_h100_sxm5 in us-east-1 costs 31.92 USD/h in the 2026-05-20 catalog
+    lam = {o.offer_id: o for o in sections["lambda"].offers}["gpu_8x_h100_sxm5/us-east-1"]
+    assert lam.price_options[0].amount == Decimal("31.92")
 
 
-def test_the_shipped_snapshot_equals_a_fresh_build_from_the_fixtures():
+def test_the_bundled_snapshot_carries_published_price_history():
+    sections = {p.provider: p for p in catalog.bundled_snapshot().providers}
+    days = lambda name: [h.fetched_at.date().isoformat() for h in sections[name].history]  # noqa: E731
+    # the daily catalogs (`ls -d history/*/lambda | wc -l`: 32 days from 2026-04-02; vast: 14 from
+    # 2026-04-29), all up to 2026-05-20; gcp and azure on two days
+    assert len(days("lambda")) == 32 and len(days("vast")) == 14
+    assert days("lambda")[0] == "2026-04-02" and days("vast")[0] == "2026-04-29"
+    assert days("lambda")[-1] == days("vast")[-1] == "2026-05-20"
+    assert days("gcp") == days("azure") == ["2026-04-19", "2026-05-20"]
+    assert all(h.rows for h in sections["vast"].history)
+
+
+@pytest.mark.skipif(__import__("tools.build_snapshot", fromlist=["find_catalogs"]).find_catalogs() is None,
+                    reason="the shared SkyPilot catalogs are not on this machine")
+def test_the_shipped_snapshot_equals_a_fresh_build_from_the_published_catalogs():
     from tools.build_snapshot import SNAPSHOT_PATH, build
 
-    shipped = json.loads(gzip.decompress(SNAPSHOT_PATH.read_bytes()))
-    fresh = build()
-    assert shipped == fresh, "optimizer/data/snapshot.json.gz is stale: run tools/build_snapshot.py"
+    shipped = catalog.parse_snapshot(SNAPSHOT_PATH.read_bytes())
+    assert shipped == build(), "optimizer/data/snapshot.json.gz is stale: run tools/build_snapshot.py"
 
 
 def test_a_damaged_snapshot_is_a_clear_error():
-    with pytest.raises(StoreError, match="bundled price snapshot is damaged"):
+    with pytest.raises(InputError, match="not a rentopt snapshot"):
         catalog.parse_snapshot(b"not gzip at all")
-    with pytest.raises(StoreError, match="has format 99"):
-        catalog.parse_snapshot(gzip.compress(b'{"format": 99, "providers": [], "offers": []}'))
+    with pytest.raises(InputError, match="damaged gzip"):
+        catalog.parse_snapshot(b"\x1f\x8b\x08garbage")
+    with pytest.raises(InputError, match="format 99; this rentopt reads format 2"):
+        catalog.parse_snapshot(gzip.compress(b'{"format": 99, "providers": []}'))
 
 
 # --------------------------------------------------------------------------------------------
-# The store, and never mixing it with the bundled snapshot
+# Per provider: the store's newest data, else the bundled snapshot's, never a mix
 
 
-def test_the_store_wins_once_it_holds_data_and_is_not_mixed_with_the_bundle(rentopt_home):
+def test_a_refreshed_provider_comes_from_the_store_and_the_others_from_the_bundle(rentopt_home):
     with open_writable(store_path()) as s:
         s.write_snapshot("vast", [offer("vast", "1"), offer("vast", "2", price="3.00")], fetched_at=T0)
     found = load_offers()
     assert found.origin == "store"
-    assert [o.key for o in found.offers] == [("vast", "1"), ("vast", "2")]
-    assert set(found.provenance) == {"vast"}
-    assert found.prices_as_of == T0
-    assert str(store_path()) in found.label and "2026-12-01 06:00 UTC" in found.label
-    missing = sorted(bundled_providers() - {"vast"})
-    assert missing and found.notes == [
-        f"no prices in the price store yet from {', '.join(missing)}: run `rentopt refresh --providers "
-        f"{','.join(missing)}` (bundled prices are not mixed with refreshed ones)"]
+    vast = [o.key for o in found.offers if o.provider == "vast"]
+    assert vast == [("vast", "1"), ("vast", "2")]  # none of the bundled vast offers mixed in
+    assert found.provenance["vast"].origin == "store" and found.provenance["vast"].fetched_at == T0
+    assert "newer than the bundled snapshot's of 2026-05-20" in found.provenance["vast"].why
+    for name in bundled_providers() - {"vast"}:  # never refreshed: keeps its bundled offers
+        assert found.provenance[name].origin == "bundled"
+        assert any(o.provider == name for o in found.offers)
+    assert "store 1" in found.label and "bundled 5" in found.label
+    lines = found.sources(now=T0)
+    assert lines[[p for p in sorted(found.provenance)].index("gcp")] == (
+        "gcp: SkyPilot catalog of 2026-05-20 (gcp/vms.csv at SkyPilot catalog v8 as mirrored at "
+        "github.com/anycloud-sh/catalog); from the bundled snapshot, 195 days old")
+
+
+def test_older_store_data_than_the_bundle_gives_way_to_the_bundle(rentopt_home):
+    old = datetime(2026, 4, 19, tzinfo=timezone.utc)
+    with open_writable(store_path()) as s:
+        s.write_snapshot("gcp", [offer("gcp", "old", fetched_at=old)], fetched_at=old, plugin="skypilot")
+    found = load_offers(["gcp"])
+    assert found.provenance["gcp"].origin == "bundled"
+    assert "newer than the price store's of 2026-04-19" in found.provenance["gcp"].why
+    assert ("gcp", "old") not in {o.key for o in found.offers}
 
 
 def test_a_store_without_any_good_snapshot_falls_back_to_the_bundle(rentopt_home):
@@ -108,24 +152,47 @@ def test_a_stale_provider_is_served_and_flagged(rentopt_home):
         s.write_snapshot("runpod", [offer("runpod", "r")], fetched_at=T0, now=T0)
         s.mark_failed("vast", "HTTP 500 after 4 attempts", now=T0 + timedelta(days=1))
     found = load_offers()
-    assert {o.provider for o in found.offers} == {"vast", "runpod"}
+    assert {o.provider for o in found.offers} >= {"vast", "runpod"}
     assert found.provenance["vast"].stale and found.provenance["vast"].last_error == "HTTP 500 after 4 attempts"
     assert not found.provenance["runpod"].stale
     assert any(n.startswith("vast: the last refresh failed (HTTP 500") for n in found.notes)
+    assert "STALE" in found.provenance["vast"].describe(T0)
     assert "stale" in found.label
 
 
-def test_providers_narrow_the_store(rentopt_home):
+def test_providers_narrow_the_store_and_the_bundle(rentopt_home):
     with open_writable(store_path()) as s:
         s.write_snapshot("vast", [offer("vast", "1")], fetched_at=T0)
         s.write_snapshot("runpod", [offer("runpod", "r")], fetched_at=T0)
     found = load_offers(["runpod"])
     assert [o.key for o in found.offers] == [("runpod", "r")]
     assert set(found.provenance) == {"runpod"}
-    found = load_offers(["lambda"])
-    assert found.origin == "store" and found.offers == []
-    assert found.notes == ["no prices in the price store yet from lambda: run `rentopt refresh --providers lambda` "
-                           "(bundled prices are not mixed with refreshed ones)"]
+    found = load_offers(["lambda"])  # never refreshed: its bundled prices, said so
+    assert found.offers and {o.provider for o in found.offers} == {"lambda"}
+    assert found.provenance["lambda"].origin == "bundled" and found.notes == []
+
+
+def test_a_lazy_quote_set_mixes_store_rows_and_bundled_offers_by_provider(rentopt_home):
+    with open_writable(store_path()) as s:
+        s.write_snapshot("vast", [offer("vast", "1")], fetched_at=T0)
+    found = load_offers(["vast", "jygpu"], lazy=True)
+    keys = {r.key for r in found.plan_rows()}
+    assert ("vast", "1") in keys and ("jygpu", "8x-rtx4090") in keys
+    full = found.offers_by_key(keys)
+    assert full[("vast", "1")].price_options[0].amount == Decimal("2.00")
+    assert full[("jygpu", "8x-rtx4090")].currency == "CNY"
+    assert {o.key for o in found.all_offers()} == keys  # the store's and the bundled ones, each once
+
+
+def test_a_user_sheet_is_read_without_a_refresh_and_replaces_its_platform(rentopt_home):
+    sheets = rentopt_home / "sheets"
+    sheets.mkdir(parents=True)
+    shutil.copy(ROOT / "fixtures" / "sheet" / "user_autodl.toml", sheets / "autodl.toml")
+    found = load_offers(["autodl"])
+    assert found.provenance["autodl"].origin == "sheet"
+    assert "replaces the bundled snapshot" in found.provenance["autodl"].why
+    assert {o.offer_id for o in found.offers} == {"rtx4090-1x", "rtx4090-8x"}  # the user's two, not the bundled 20
+    assert not store_path().exists()
 
 
 def test_a_misspelt_provider_is_an_input_error(rentopt_home):
@@ -185,3 +252,11 @@ def test_find_offers_filters_sorts_and_limits_the_bundled_snapshot(rentopt_home)
     assert all(o.gpu == "H100-SXM-80GB" and o.gpus >= 8 for o in found.offers)
     everything = [o for o in catalog.bundled_snapshot().offers if query.matches(o)]
     assert found.offers == sort_offers(everything, "price")[:3]
+
+
+def test_a_plugin_name_selects_the_providers_it_delivers(rentopt_home):
+    found = load_offers(["sheet"])
+    assert set(found.provenance) == {"autodl", "jygpu"}
+    found = load_offers(["skypilot", "jygpu"])
+    assert set(found.provenance) == {"gcp", "azure", "lambda", "vast", "jygpu"}
+    assert set(load_offers(["gcp"]).provenance) == {"gcp"}

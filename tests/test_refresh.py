@@ -404,10 +404,16 @@ def test_providers_command_shows_keys_freshness_and_broken_plugins(monkeypatch):
         run_refresh(["open", "need"], settings=FAST)
     result = CliRunner().invoke(cli, ["providers"])
     assert result.exit_code == 0
-    rows = {line.split()[0]: line for line in result.output.splitlines()[2:] if line and not line.startswith("broken")}
-    assert rows["open"].split()[1:3] == ["not", "needed"]
-    assert rows["need"].split()[1:3] == ["yes", "2"]
-    assert rows["gone"].split()[1:3] == ["no", "-"]
+    plugins_table = result.output.split("\n\n")[0].splitlines()[3:]
+    rows = {line.split()[0]: line for line in plugins_table if line and not line.startswith("broken")}
+    assert rows["open"].split()[1:4] == ["not", "needed", "2"] and rows["open"].split()[4] == "open"
+    assert rows["need"].split()[1:4] == ["yes", "2", "need"]
+    assert rows["gone"].split()[1:4] == ["no", "-", "-"]
+    # the providers table says where each provider's prices come from: the two refreshed ones from
+    # the store, the never-refreshed bundled ones from the bundled snapshot
+    sources = {line.split()[0]: line for line in result.output.split("come from:\n")[1].splitlines()[2:] if line}
+    assert sources["open"].split()[1:4] == ["open", "price", "store"]
+    assert sources["gcp"].split()[1:4] == ["skypilot", "bundled", "snapshot"]
     assert "broken plugin busted: cannot import busted.plugin" in result.output
     assert SECRET not in result.output
     overview = provider_overview()
@@ -424,10 +430,14 @@ def test_offers_command_lists_the_bundled_snapshot_with_its_origin(rentopt_home)
     result = CliRunner().invoke(cli, ["offers", "--gpu", "H100 SXM 80GB", "--min-gpus", "8", "--limit", "3"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == "Offers from the bundled snapshot of 2026-11-28 (run `rentopt refresh` for current prices)"
-    assert lines[1].startswith("note: showing 3 of ") and lines[1].endswith("raise --limit to see more")
-    assert lines[2].split()[:3] == ["provider", "offer", "gpu"]
-    body = lines[4:]
+    assert lines[0] == ("Offers from the bundled snapshot of published prices (oldest 2026-05-20) "
+                        "(run `rentopt refresh` for current prices)")
+    sources = [line for line in lines if line.startswith("prices: ")]
+    assert len(sources) == 6 and any(line.startswith("prices: gcp: SkyPilot catalog of 2026-05-20") for line in sources)
+    rest = lines[1 + len(sources):]
+    assert rest[0].startswith("note: showing 3 of ") and rest[0].endswith("raise --limit to see more")
+    assert rest[1].split()[:3] == ["provider", "offer", "gpu"]
+    body = rest[3:]
     assert len(body) == 3 and all("H100-SXM-80GB" in line and "USD" in line for line in body)
     assert not rentopt_home.exists()
 

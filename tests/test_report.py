@@ -57,7 +57,7 @@ from rentopt.optimizer.report import (
 from rentopt.optimizer.charts import line_chart, nice_ticks, time_ticks
 from rentopt.optimizer.store import HistoryPoint, open_readonly
 from rentopt.providers.base import HttpSettings, load_providers
-from tools.build_snapshot import find_route
+from tools.fixture_routes import find_route
 from tools.fixture_routes import load_manifest
 
 SCRIPT_ID = "<script>alert(1)</script>"
@@ -103,7 +103,7 @@ def replay(overrides: dict[str, httpx.Response]) -> httpx.MockTransport:
                 continue
             if name in overrides:
                 return overrides[name]
-            return httpx.Response(route.status, content=route.body(), headers={"Content-Type": "application/json"})
+            return httpx.Response(route.status, content=route.body(), headers={"Content-Type": "application/json", **route.headers})
         return httpx.Response(404, json={"error": f"no fixture for {request.url}"})
 
     return httpx.MockTransport(handle)
@@ -198,13 +198,13 @@ def test_cheapest_prices_match_the_offers_in_the_store(built, home):
     assert a10[4] == "0.85"  # night 2's price, not night 1's 0.75
     assert a10[5] == "0.0354" and a10[6] == "0.00680"  # per GB-hour (24 GB), per TFLOPS-hour (125)
     # CNY prices are converted with the rate shown.
-    (autodl,) = md_rows(text, ("RTX-3090-24GB", "24", "71 BF16", "sheet"))
-    assert autodl[4] == unit_price(cheapest("sheet", "RTX-3090-24GB") / CNY_PER_USD) == "0.1984"  # 1.32 / 6.65288
-    assert autodl[8] == md("autodl/rtx3090-1x (1-GPU node, 1.32 CNY/GPU-h)")  # the price before conversion
+    (autodl,) = md_rows(text, ("RTX-3090-24GB", "24", "71 BF16", "autodl"))
+    assert autodl[4] == unit_price(cheapest("autodl", "RTX-3090-24GB") / CNY_PER_USD) == "0.1984"  # 1.32 / 6.65288
+    assert autodl[8] == md("rtx3090-1x (1-GPU node, 1.32 CNY/GPU-h)")  # the price before conversion
     # A price sold only by the month says so (JYGPU's 8x RTX 4090 node, 7920 CNY a month).
-    (jygpu,) = md_rows(text, ("RTX-4090-24GB", "24", "165.2 BF16", "sheet"))
-    assert jygpu[8] == md("jygpu/8x-rtx4090 (8-GPU node, 1.375 CNY/GPU-h, from a monthly price)")
-    (node,) = [o for o in offers if o.offer_id == "jygpu/8x-rtx4090"]
+    (jygpu,) = md_rows(text, ("RTX-4090-24GB", "24", "165.2 BF16", "jygpu"))
+    assert jygpu[8] == md("8x-rtx4090 (8-GPU node, 1.375 CNY/GPU-h, from a monthly price)")
+    (node,) = [o for o in offers if o.key == ("jygpu", "8x-rtx4090")]
     assert jygpu[4] == unit_price(Decimal(7920) / node.month_hours / 8 / CNY_PER_USD)  # the discounted month
     # Spot: RunPod sells it as an option on the on-demand offer.
     (runpod,) = md_rows(text, ("H100-SXM-80GB", "80", "989.4 BF16", "runpod"))
@@ -224,14 +224,14 @@ def test_freshness_names_the_stale_provider_its_error_and_unknown_gpus(built, ho
     assert lam[6] == "no" and lam[3] == NIGHT_2.strftime("%Y-%m-%d %H:%M UTC") and lam[7] == "-"
     assert md(EVIL_GPU) in lam[8]
     # A price sheet dates each price by when it was checked: the oldest one is shown, not the refresh.
-    (sheet,) = md_rows(fresh, ("sheet",))
-    oldest = min(o.fetched_at for o in store_offers(home) if o.provider == "sheet")
+    (sheet,) = md_rows(fresh, ("autodl",))
+    oldest = min(o.fetched_at for o in store_offers(home) if o.provider == "autodl")
     assert oldest < NIGHT_2 and sheet[3] == oldest.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def test_every_workload_has_a_total_or_a_reason_per_provider(built):
     report, text, _ = built
-    providers = ["aws", "azure", "datacrunch", "lambda", "runpod", "sheet", "vast"]
+    providers = ["autodl", "aws", "azure", "datacrunch", "gcp", "jygpu", "lambda", "runpod", "vast"]
     labels = ["7b QLoRA, 3 days", "13b LoRA, 10 days", "7b full fine-tune, 10 days", "70b LoRA, 14 days",
               "70b full fine-tune, 10 days", "llama-3.1-8b QLoRA, 2B tokens"]
     assert [j.workload.text for j in report.jobs] == [*REFERENCE_WORKLOADS, *EXTRA_WORKLOADS]
@@ -249,7 +249,7 @@ def test_every_workload_has_a_total_or_a_reason_per_provider(built):
                 assert re.search(rf"^- \*\*{p}\*\*: .+", part, re.M), (label, p)
                 reasons += 1
     assert reasons >= 1  # a 70B full fine-tune (1.1 TB of states) fits no AutoDL node
-    assert "- **sheet**: all 21 offers were rejected: 21 offers by memory" in section(text, "### 70b full fine-tune")
+    assert "- **autodl**: all 20 offers were rejected: 20 offers by memory" in section(text, "### 70b full fine-tune")
     # The best plan per provider is the planner's: totals in the report equal the plans.
     job = report.jobs[0]
     row = next(r for r in job.rows if r.provider == "runpod")
@@ -407,12 +407,16 @@ def test_the_html_renders_in_headless_chromium(built, tmp_path):
 
 
 def test_without_a_store_the_report_uses_the_bundled_snapshot_and_says_so(rentopt_home):
-    result = CliRunner().invoke(cli, ["report", "--providers", "lambda,sheet"])
+    result = CliRunner().invoke(cli, ["report", "--providers", "lambda,jygpu"])
     assert result.exit_code == 0, result.output
-    assert "Prices from the bundled snapshot of 2026-11-28" in result.output
+    assert "Prices from the bundled snapshot of published prices (oldest 2026-05-20)" in result.output
     (row,) = md_rows(section(result.output, "## Provider freshness"), ("lambda",))
-    assert row[1] == "bundled snapshot of 2026-11-28" and row[5:7] == ["-", "no"]
-    assert "History starts with the first `rentopt refresh`" in result.output
+    assert row[1] == "bundled snapshot of 2026-05-20" and row[5:7] == ["-", "no"]
+    # the bundled snapshot carries the daily lambda catalogs: a fresh install has real history
+    history = section(result.output, "## Price history")
+    assert "lambda up to 2026-05-20" in history
+    (b200,) = md_rows(history, ("B200-SXM-180GB", "lambda", "on-demand"))
+    assert int(b200[4]) > 1  # several published snapshots in the window
     assert not rentopt_home.exists()
 
 
@@ -455,7 +459,7 @@ def test_the_json_summary_says_what_the_markdown_says(built, home):
     (md_h100,) = md_rows(text, ("H100-SXM-80GB", "80", "989.4 BF16", "lambda"))
     assert unit_price(Decimal(h100["on_demand"]["per_gpu_hour"])) == md_h100[4] == "1.49"
     assert h100["on_demand"]["offer_id"] == SCRIPT_ID  # raw in JSON: escaping is the renderer's job
-    (autodl,) = [p for p in data["prices"] if p["gpu"] == "RTX-3090-24GB" and p["provider"] == "sheet"]
+    (autodl,) = [p for p in data["prices"] if p["gpu"] == "RTX-3090-24GB" and p["provider"] == "autodl"]
     assert (autodl["on_demand"]["native_per_gpu_hour"], autodl["on_demand"]["native_currency"]) == ("1.32", "CNY")
     assert [j["workload"]["text"] for j in data["jobs"]] == [j.workload.text for j in report.jobs]
     for jobs, rows in zip(report.jobs, (j["providers"] for j in data["jobs"])):
@@ -475,18 +479,19 @@ def test_report_format_json_on_stdout_is_valid_json(home):
     result = CliRunner().invoke(cli, ["report", "--providers", "lambda,sheet", "--format", "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert {p["provider"] for p in data["prices"]} == {"lambda", "sheet"}
+    # "sheet" names the plugin: it stands for the platforms it delivers
+    assert {p["provider"] for p in data["prices"]} == {"lambda", "autodl", "jygpu"}
 
 
 def test_stdout_is_markdown_by_default_with_currency_and_fx_override(home):
-    result = CliRunner().invoke(cli, ["report", "--providers", "sheet", "--currency", "cny", "--fx", "CNY=7.0"])
+    result = CliRunner().invoke(cli, ["report", "--providers", "autodl", "--currency", "cny", "--fx", "CNY=7.0"])
     assert result.exit_code == 0, result.output
     text = result.stdout
     assert text.startswith("# GPU rental: provider comparison")
     assert "Amounts in **CNY**" in text and "1 USD = 7.0 CNY (as of user override; --fx CNY=7.0)" in text
-    (row,) = md_rows(text, ("RTX-3090-24GB", "24", "71 BF16", "sheet"))
+    (row,) = md_rows(text, ("RTX-3090-24GB", "24", "71 BF16", "autodl"))
     assert row[4] == "1.32"  # AutoDL's own CNY price: no round trip through USD
-    assert [r[0] for r in md_rows(section(text, "## Provider freshness"), ("sheet",))] == ["sheet"]
+    assert [r[0] for r in md_rows(section(text, "## Provider freshness"), ("autodl",))] == ["autodl"]
     assert "| lambda |" not in text
 
 

@@ -1,90 +1,86 @@
-"""Build optimizer/data/snapshot.json.gz: every built-in provider's recorded fixtures, replayed
-through the real plugins, as the price catalog rentopt ships for use before the first refresh.
+"""Build optimizer/data/snapshot.json.gz, the price catalog rentopt ships for use before (and
+beside) the first refresh, from PUBLISHED prices only:
 
-    .venv/bin/python tools/build_snapshot.py            # rewrite the bundled snapshot
-    .venv/bin/python tools/build_snapshot.py --check    # exit 1 if it differs from a fresh build
+- SkyPilot's catalog (schema v8, one `<cloud>/vms.csv` per cloud), read by the real `skypilot`
+  plugin: the newest dated catalog for each cloud's current offers, and every older dated
+  catalog of that cloud as its price history (daily for lambda and vast);
+- the bundled price sheets whose prices are sourced and dated (JYGPU, AutoDL), read by the real
+  `sheet` plugin; a sheet with placeholder prices (NexGPU) contributes nothing.
 
-Each provider's responses come from fixtures/<name>/routes.json (tools/fixture_routes.py) over an
-httpx.MockTransport, and its offers are dated by the manifest's `recorded_at`, so the file is a
-pure function of the fixtures and the plugins: tests/test_catalog.py rebuilds it and compares.
-The build runs in a scrubbed environment (a temporary RENTOPT_HOME so no user price sheet leaks
-in, no RENTOPT_* or *_BASE_URL overrides, placeholder credentials that only reach the mock).
+    .venv/bin/python tools/build_snapshot.py                  # rewrite the bundled snapshot
+    .venv/bin/python tools/build_snapshot.py --check          # exit 1 if it differs from a fresh build
+    .venv/bin/python tools/build_snapshot.py --catalogs DIR   # DIR/skypilot-v8/<date>/<cloud>/vms.csv
+
+The catalogs are looked for in --catalogs, $RENTOPT_CATALOGS, then a `shared/catalogs` folder
+next to or above the repository (the project's shared material: real SkyPilot catalogs from the
+public mirror github.com/anycloud-sh/catalog, daily commits "Update catalogs YYYY-MM-DD").
+Recorded test fixtures never enter the snapshot. The build is a pure function of the catalogs,
+the sheets and the plugins (tests/test_catalog.py rebuilds it and compares when the catalogs
+are there), and runs with a temporary RENTOPT_HOME so no user sheet leaks in.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import gzip
-import json
+import logging
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import httpx  # noqa: E402
-
-from tools.fixture_routes import FIXTURES, FixtureRoute, Manifest, load_manifest  # noqa: E402
-
 SNAPSHOT_PATH = ROOT / "optimizer" / "data" / "snapshot.json.gz"
-SNAPSHOT_FORMAT = 1  # optimizer.catalog.SNAPSHOT_FORMAT
-# What a key-needing plugin is given during the build: it only ever reaches the mock transport.
-PLACEHOLDER_CREDENTIAL = "snapshot-build-placeholder"
-_LEAKY_SUFFIXES = ("_API_KEY", "_BASE_URL", "_CLIENT_ID", "_CLIENT_SECRET")
+CATALOGS_ENV = "RENTOPT_CATALOGS"
+# Where the SkyPilot files come from, for every offer's `source`: the public mirror's repository
+# (the catalog README in the project's shared material names the commit of each date).
+PUBLISHED_AT = "SkyPilot catalog v8 as mirrored at github.com/anycloud-sh/catalog"
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 class SnapshotBuildError(Exception):
     pass
 
 
-def find_route(manifest: Manifest, method: str, origin: str, path: str, params: dict[str, str],
-               api_origin: str) -> FixtureRoute | None:
-    """The first manifest route answering this request (same rule as respx in install_respx).
-
-    `origin` is "scheme://host" of the request, `api_origin` that of the provider's API root.
-    """
-    for r in manifest.routes:
-        want_origin = (r.host or api_origin).rstrip("/")
-        if r.method == method.upper() and want_origin == origin and r.path == path \
-                and all(params.get(k) == v for k, v in r.params.items()):
-            return r
+def find_catalogs(explicit: Path | None = None) -> Path | None:
+    """The folder holding `skypilot-v8/`, or None when none is found."""
+    candidates = [explicit] if explicit else []
+    if env := os.environ.get(CATALOGS_ENV):
+        candidates.append(Path(env))
+    for up in (ROOT, *ROOT.parents):
+        candidates.append(up / "shared" / "catalogs")
+    for c in candidates:
+        if c is not None and (c / "skypilot-v8").is_dir():
+            return c
     return None
 
 
-def replay_transport(manifest: Manifest, api_root: str) -> httpx.MockTransport:
-    """An httpx transport that answers from the manifest; an unknown request is a build error."""
-    base = urlsplit(api_root)
-    api_origin = f"{base.scheme}://{base.netloc}"
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        origin = f"{request.url.scheme}://{request.url.netloc.decode()}"
-        route = find_route(manifest, request.method, origin, request.url.path, dict(request.url.params), api_origin)
-        if route is None:
-            raise SnapshotBuildError(f"{manifest.provider}: no recorded response for {request.method} {request.url.copy_with(query=None)}")
-        return httpx.Response(route.status, content=route.body(),
-                              headers={"Content-Type": "application/json", **route.headers})
-
-    return httpx.MockTransport(handle)
+def dated_catalogs(root: Path) -> dict[str, dict[str, Path]]:
+    """cloud -> date -> vms.csv, from `skypilot-v8/<date>/` and `skypilot-v8/history/<date>/`."""
+    found: dict[str, dict[str, Path]] = {}
+    base = root / "skypilot-v8"
+    for folder in [*base.iterdir(), *((base / "history").iterdir() if (base / "history").is_dir() else [])]:
+        if not (folder.is_dir() and _DATE.match(folder.name)):
+            continue
+        for csv_path in folder.glob("*/vms.csv"):
+            found.setdefault(csv_path.parent.name, {})[folder.name] = csv_path
+    return found
 
 
 @contextmanager
-def scrubbed_environment(providers: list) -> Iterator[None]:
-    """Temporarily: an empty RENTOPT_HOME, no overrides, placeholder credentials. Restored after."""
+def scrubbed_environment() -> Iterator[None]:
+    """Temporarily: an empty RENTOPT_HOME and no RENTOPT_* overrides. Restored after."""
     saved = dict(os.environ)
     try:
         for name in list(os.environ):
-            if name.startswith("RENTOPT_") or name.endswith(_LEAKY_SUFFIXES):
+            if name.startswith("RENTOPT_") and name != CATALOGS_ENV:
                 del os.environ[name]
-        for cls in providers:
-            for env in {cls.key_env, *getattr(cls, "credential_envs", ())} - {None}:
-                os.environ[env] = PLACEHOLDER_CREDENTIAL
         with tempfile.TemporaryDirectory(prefix="rentopt-snapshot-") as home:
             os.environ["RENTOPT_HOME"] = home
             yield
@@ -93,67 +89,109 @@ def scrubbed_environment(providers: list) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def builtin_providers() -> list:
-    """The providers shipped in this repository (a third-party plugin never enters the snapshot)."""
-    from rentopt.providers.base import load_providers
-
-    registry, broken = load_providers()
-    mine = [b for b in broken if b.error.startswith("cannot import rentopt.providers.")]
-    if mine:
-        raise SnapshotBuildError("; ".join(f"{b.name}: {b.error}" for b in mine))
-    return [cls for _, cls in sorted(registry.items()) if cls.__module__.startswith("rentopt.providers.")]
+def _day(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
 
 
-def build(fixtures: Path = FIXTURES) -> dict:
-    """The snapshot document: {"format", "providers": [...], "offers": [...]}."""
-    from rentopt.providers.base import HttpSettings, fetch_all
+def skypilot_sections(root: Path) -> list:
+    from rentopt.optimizer.catalog import SnapshotHistory, SnapshotProvider
+    from rentopt.optimizer.store import history_rows
+    from rentopt.providers.base import FetchContext
+    from rentopt.providers.skypilot import CatalogError, SkyPilotProvider, describe_source, parse_catalog
 
-    classes = builtin_providers()
-    entries, offers = [], []
-    with scrubbed_environment(classes):
-        for cls in classes:
-            if not (fixtures / cls.name / "routes.json").exists():
-                raise SnapshotBuildError(f"{cls.name}: no fixtures/{cls.name}/routes.json to build the snapshot from")
-            manifest = load_manifest(cls.name, fixtures)
-            provider = cls()
-            transport = replay_transport(manifest, provider.base_url())
-            outcome = asyncio.run(fetch_all([provider], HttpSettings(retries=0, backoff_s=0), transport=transport,
-                                            fetched_at=manifest.recorded_at))[0]
-            if outcome.status != "ok" or outcome.offers is None:
-                raise SnapshotBuildError(f"{cls.name}: replaying its fixtures failed: {outcome.error}")
-            mine = sorted(outcome.offers, key=lambda o: o.offer_id)
-            entries.append({"provider": cls.name, "fetched_at": manifest.recorded_at.isoformat().replace("+00:00", "Z"),
-                            "source": provider.base_url(), "offers": len(mine)})
-            offers.extend(o.model_dump(mode="json") for o in mine)
-    return {"format": SNAPSHOT_FORMAT, "providers": entries, "offers": offers}
+    sections = []
+    for cloud, by_date in sorted(dated_catalogs(root).items()):
+        history, current = [], None
+        for date in sorted(by_date):
+            when = _day(date)
+            source = describe_source(cloud, PUBLISHED_AT, when)
+            ctx = FetchContext(SkyPilotProvider(), client=None, fetched_at=when)  # type: ignore[arg-type]
+            try:
+                offers = parse_catalog(ctx, cloud, by_date[date].read_text(encoding="utf-8"), fetched_at=when, source=source)
+            except CatalogError as exc:
+                raise SnapshotBuildError(f"{by_date[date]}: {exc}") from None
+            if not offers:
+                continue
+            history.append(SnapshotHistory(fetched_at=when, source=source, offers=len(offers),
+                                           rows=[tuple(r) for r in history_rows(offers)]))
+            current = (when, source, offers)
+        if current is None:
+            continue
+        when, source, offers = current
+        sections.append(SnapshotProvider(provider=cloud, plugin="skypilot", fetched_at=when, source=source,
+                                         offers=sorted(offers, key=lambda o: o.offer_id), history=history))
+    return sections
 
 
-def encode(document: dict) -> bytes:
-    """Deterministic bytes: compact JSON, gzip without a timestamp or file name."""
-    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
-    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+def sheet_sections() -> list:
+    """The bundled sheets with sourced prices, one section per platform (none for placeholders)."""
+    from rentopt.optimizer.catalog import SnapshotHistory, SnapshotProvider
+    from rentopt.optimizer.store import history_rows
+    from rentopt.providers.base import FetchContext
+    from rentopt.providers.sheet import SheetProvider, collect_sheets, sheet_offers
+
+    loaded, problems = collect_sheets()
+    if problems:
+        raise SnapshotBuildError("; ".join(p.message for p in problems))
+    sections = []
+    for item in loaded:
+        if item.sheet.placeholder_prices:
+            continue
+        ctx = FetchContext(SheetProvider(), client=None)  # type: ignore[arg-type]
+        offers = sorted(sheet_offers(ctx, item), key=lambda o: o.offer_id)
+        if ctx.skipped:
+            raise SnapshotBuildError(f"{item.path.name}: {ctx.skipped[0][1]}")
+        when = max(o.fetched_at for o in offers)
+        source = f"{item.sheet.name or item.sheet.platform} price sheet ({item.sheet.source}), read {item.sheet.read_on}"
+        sections.append(SnapshotProvider(
+            provider=item.sheet.platform, plugin="sheet", fetched_at=when, source=source, offers=offers,
+            history=[SnapshotHistory(fetched_at=when, source=source, offers=len(offers),
+                                     rows=[tuple(r) for r in history_rows(offers)])]))
+    return sections
+
+
+def build(catalogs: Path | None = None):
+    """The snapshot (optimizer.catalog.SnapshotFile)."""
+    from rentopt.optimizer.catalog import SNAPSHOT_FORMAT, SnapshotFile
+
+    root = find_catalogs(catalogs)
+    if root is None:
+        raise SnapshotBuildError("no SkyPilot catalogs found: pass --catalogs DIR (holding skypilot-v8/) "
+                                 f"or set {CATALOGS_ENV}")
+    with scrubbed_environment():
+        sections = skypilot_sections(root) + sheet_sections()
+    sections.sort(key=lambda s: s.provider)
+    return SnapshotFile(format=SNAPSHOT_FORMAT, created_at=max(s.fetched_at for s in sections),
+                        description="published prices: SkyPilot's catalog (github.com/skypilot-org/skypilot-catalog) "
+                                    "and sourced price sheets; built by tools/build_snapshot.py",
+                        providers=sections)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rentopt.optimizer.catalog import encode_snapshot, parse_snapshot
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="compare with the shipped file instead of writing it")
     ap.add_argument("--output", type=Path, default=SNAPSHOT_PATH)
+    ap.add_argument("--catalogs", type=Path, help="folder holding skypilot-v8/")
     args = ap.parse_args(argv)
+    logging.getLogger("rentopt").setLevel(logging.ERROR)  # rows skipped by design (TPUs, ...) are not news here
     try:
-        document = build()
+        snapshot = build(args.catalogs)
     except SnapshotBuildError as exc:
         print(f"build_snapshot: {exc}", file=sys.stderr)
         return 2
-    summary = ", ".join(f"{p['provider']} {p['offers']}" for p in document["providers"])
+    summary = ", ".join(f"{p.provider} {len(p.offers)}" for p in snapshot.providers)
     if args.check:
-        shipped = json.loads(gzip.decompress(args.output.read_bytes())) if args.output.exists() else None
-        if shipped != document:
-            print(f"{args.output} is out of date with the fixtures; run tools/build_snapshot.py", file=sys.stderr)
+        shipped = parse_snapshot(args.output.read_bytes()) if args.output.exists() else None
+        if shipped != snapshot:
+            print(f"{args.output} is out of date with the catalogs and sheets; run tools/build_snapshot.py", file=sys.stderr)
             return 1
         print(f"{args.output} is up to date ({summary})")
         return 0
-    args.output.write_bytes(encode(document))
-    print(f"wrote {args.output}: {len(document['offers'])} offers ({summary})")
+    data = encode_snapshot(snapshot)
+    args.output.write_bytes(data)
+    print(f"wrote {args.output}: {len(data):,} bytes, {len(snapshot.offers)} offers ({summary})")
     return 0
 
 

@@ -13,7 +13,7 @@ the request's query (first matching route wins, so list specific routes first); 
 (default 200) and `headers` are optional. `host` (optional, "https://other.example") serves a
 route from a second host the provider also reads (AWS's spot feed); without it the route is on
 the provider's API host. The same manifest drives the provider tests (respx),
-the bundled snapshot build (tools/build_snapshot.py) and the refresh benchmark, so all three
+the report tests (`replay_transport`) and the refresh benchmark, so all three
 replay exactly the same responses. Dev/test only: nothing here ships in the package.
 """
 
@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -76,9 +78,64 @@ def install_respx(router, provider_cls, manifest: Manifest | None = None, base_u
     manifest = manifest or load_manifest(provider_cls.name)
     base = urlsplit(base_url or provider_cls.api_root)
     installed = {}
-    for r in manifest.routes:
+    for i, r in enumerate(manifest.routes):
         url = f"{r.host.rstrip('/')}{r.path}" if r.host else f"{base.scheme}://{base.netloc}{r.path}"
-        route = router.route(method=r.method, url=url, params=r.params or None, name=f"{provider_cls.name}:{r.fixture.name}:{len(installed)}")
+        # respx replaces a route of the same name: number them, as one body may answer several paths
+        route = router.route(method=r.method, url=url, params=r.params or None, name=f"{provider_cls.name}:{r.fixture.name}:{i}")
         route.mock(return_value=httpx.Response(r.status, content=r.body(), headers={"Content-Type": "application/json", **r.headers}))
         installed[r.fixture.name] = route
     return installed
+
+
+# --------------------------------------------------------------------------------------------
+# Replaying a manifest over httpx (report tests, benchmarks)
+
+# What a key-needing plugin is given during the build: it only ever reaches the mock transport.
+PLACEHOLDER_CREDENTIAL = "snapshot-build-placeholder"
+
+
+class ReplayError(Exception):
+    """A request no recorded route answers."""
+
+
+def find_route(manifest: Manifest, method: str, origin: str, path: str, params: dict[str, str],
+               api_origin: str) -> FixtureRoute | None:
+    """The first manifest route answering this request (same rule as respx in install_respx).
+
+    `origin` is "scheme://host" of the request, `api_origin` that of the provider's API root.
+    """
+    for r in manifest.routes:
+        want_origin = (r.host or api_origin).rstrip("/")
+        if r.method == method.upper() and want_origin == origin and r.path == path \
+                and all(params.get(k) == v for k, v in r.params.items()):
+            return r
+    return None
+
+
+def replay_transport(manifest: Manifest, api_root: str) -> httpx.MockTransport:
+    """An httpx transport that answers from the manifest; an unknown request is a build error."""
+    base = urlsplit(api_root)
+    api_origin = f"{base.scheme}://{base.netloc}"
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        origin = f"{request.url.scheme}://{request.url.netloc.decode()}"
+        route = find_route(manifest, request.method, origin, request.url.path, dict(request.url.params), api_origin)
+        if route is None:
+            raise ReplayError(f"{manifest.provider}: no recorded response for {request.method} {request.url.copy_with(query=None)}")
+        return httpx.Response(route.status, content=route.body(),
+                              headers={"Content-Type": "application/json", **route.headers})
+
+    return httpx.MockTransport(handle)
+
+
+def builtin_providers() -> list:
+    """The providers shipped in this repository (a third-party plugin never enters the snapshot)."""
+    from rentopt.providers.base import load_providers
+
+    registry, broken = load_providers()
+    mine = [b for b in broken if b.error.startswith("cannot import rentopt.providers.")]
+    if mine:
+        raise ReplayError("; ".join(f"{b.name}: {b.error}" for b in mine))
+    return [cls for _, cls in sorted(registry.items()) if cls.__module__.startswith("rentopt.providers.")]
+
+

@@ -13,12 +13,16 @@ import pytest
 
 from rentopt.providers.sheet import BUNDLED_DIR, SheetError, SheetProvider, collect_sheets, load_sheet
 from tests.providers.helpers import fetch as fetch_provider
-from tests.providers.helpers import offers_by_id as by_id
 from tests.providers.helpers import recorded_at
 from tools.fixture_routes import FIXTURES
 
 REFRESHED_AT = recorded_at("sheet")  # fetch() dates the refresh with the sheet manifest's recorded_at
 fetch = partial(fetch_provider, SheetProvider)
+
+
+def by_id(outcome) -> dict:
+    """Offers by "<platform>/<id>": each platform is its own provider, the id is the sheet's."""
+    return {f"{o.provider}/{o.offer_id}": o for o in outcome.offers or []}
 
 
 def day(text: str) -> datetime:
@@ -49,7 +53,7 @@ def test_bundled_sheets_give_jygpu_and_autodl_offers_and_skip_the_nexgpu_placeho
     assert reason.startswith("nexgpu.toml holds placeholder prices for nexgpu; copy it to ")
     assert reason.endswith("sheets with real prices and placeholder_prices = false")
     for offer in bundled.offers:
-        assert offer.provider == "sheet" and offer.currency == "CNY"
+        assert offer.provider == offer.extra["platform"] in ("jygpu", "autodl") and offer.currency == "CNY"
         assert offer.fetched_at < REFRESHED_AT  # the price date, never the refresh time
         for option in offer.price_options:
             assert isinstance(option.amount, Decimal) and option.amount > 0
@@ -119,7 +123,7 @@ def test_nexgpu_billing_rules_apply_once_real_prices_are_filled_in(user_sheets):
 def test_a_user_sheet_replaces_the_bundled_sheet_of_the_same_platform(user_sheets):
     shutil.copy(FIXTURES / "sheet" / "user_autodl.toml", user_sheets / "mine.toml")
     outcome = fetch()
-    autodl = {o.offer_id: o for o in outcome.offers if o.extra["platform"] == "autodl"}
+    autodl = {f"{o.provider}/{o.offer_id}": o for o in outcome.offers if o.provider == "autodl"}
     assert set(autodl) == {"autodl/rtx4090-1x", "autodl/rtx4090-8x"}
     eight = autodl["autodl/rtx4090-8x"]
     assert [(p.unit, p.amount) for p in eight.price_options] == [("hour", Decimal("15.84")), ("day", Decimal("340.0"))]

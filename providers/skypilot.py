@@ -1,0 +1,612 @@
+"""The SkyPilot catalog: published GPU prices for many clouds, one provider per cloud.
+
+SkyPilot (github.com/skypilot-org/skypilot) rebuilds its catalog daily from each cloud's public
+price API (sky/catalog/data_fetchers/) and publishes it as one CSV per cloud, schema v8:
+`<base>/<cloud>/vms.csv`. Every SkyPilot user has a recent copy in `~/.sky/catalogs/v8/`. This
+plugin ("skypilot") reads, in order of preference:
+
+1. `RENTOPT_SKYPILOT_CATALOG`: a directory or a URL base laid out as `<cloud>/vms.csv`;
+2. `~/.sky/catalogs/v8`, when it exists;
+3. SkyPilot's published catalog, `PUBLISHED_CATALOG` (HTTP, through providers/base.py).
+
+Each cloud found becomes its own provider (gcp, azure, aws, lambda, vast, runpod, ...). Its
+snapshot is dated by the catalog, not by the refresh: a `YYYY-MM-DD` directory in the path
+(`.../2026-05-20/gcp/vms.csv`), else the file's modification time (SkyPilot rewrites its copy
+when it pulls a new one), else the HTTP `Last-Modified` header, else the fetch time.
+
+The catalog's quirks, handled here (checked on the published files; see also
+/work/shared/catalogs/README.md in the project):
+
+- Columns differ per cloud: read by header. Prices are USD per hour per instance.
+- An empty `Price` is unknown, never 0 (and 0 is unknown too: SkyPilot #3615). An empty or
+  zero `SpotPrice` means no spot price (Vast writes `0.00`).
+- GCP lists GPUs apart from their host VMs. A GPU row has an empty `InstanceType` and the price
+  of that many GPUs in one zone; host rows have no accelerator. An instance costs host + GPUs,
+  paired by SkyPilot's rule (sky/catalog/gcp_catalog.py, `_ACC_INSTANCE_TYPE_DICTS` and
+  `list_accelerators`): A100, A100-80GB, H100, H100-MEGA, H200, B200 and L4 go only on their
+  own families (a2-highgpu, a2-ultragpu, a3-highgpu, a3-megagpu, a3-ultragpu, a4-highgpu,
+  g2-standard) with the count in the name; other GPUs (T4, V100, P100, P4) attach to an N1 VM
+  with at least the vCPUs SkyPilot assigns that count (`_NUM_ACC_TO_NUM_CPU`) and 4 GiB per
+  vCPU; the cheapest host priced in the same zone is used, spot with spot. Written anew here.
+- Azure: about half the rows have `Generation` = `V1,V2` unquoted, so those lines have one
+  field more than the header; the two last fields are joined back. Sizes come from the Azure
+  plugin's N-series table (GPU model, NVLink, InfiniBand); fractional-GPU sizes (A10 at 1/6,
+  1/3, 1/2) are skipped, as are sizes not in that table.
+- TPUs (GCP `tpu-*`) are not GPUs: left out, counted once per cloud.
+- Accelerator names are SkyPilot's (`A100-80GB`, `H100`, `RTX4090`, `RTXPRO6000WS`); SXM vs
+  PCIe comes from the instance family (GCP a2/a3/a4 are SXM boards, Azure's tables, Lambda's
+  `_sxm4`/`_pcie` suffixes, Vast's `H100_SXM`/`A100_PCIE` in the instance name), and the
+  per-GPU memory from `GpuInfo` (`'SizeInMiB': ...`, a Python literal, read with a regex).
+- Spot prices become separate offers (`<id>/spot`), like the Azure plugin's.
+- The catalog has no storage or egress prices: those come from each cloud's published price
+  pages (CLOUD_PRICES, each with its page and the date it was read).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+from email.utils import parsedate_to_datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from rentopt.providers import multinode
+from rentopt.providers.base import BillingRules, FetchContext, Provider, to_decimal
+
+CATALOG_ENV = "RENTOPT_SKYPILOT_CATALOG"
+LOCAL_CATALOG = Path("~/.sky/catalogs/v8")
+# SkyPilot's hosted catalog (sky/catalog/common.py, `_CATALOG_URL`-style constant in its code).
+PUBLISHED_CATALOG = "https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v8"
+# Clouds looked for at a URL base (a directory is listed instead): the GPU clouds of the v8 catalog.
+URL_CLOUDS = ("aws", "azure", "gcp", "lambda", "runpod", "vast", "nebius", "oci", "fluidstack", "cudo",
+              "paperspace", "hyperbolic", "do", "verda")
+_DATE_DIR = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_MIB = re.compile(r"'SizeInMiB':\s*([\d.]+)")
+_GIB_PER_GB = Decimal("1.073741824")  # 1 GiB = 1.073741824 GB; per-GiB prices are divided by it
+
+REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region")
+
+
+# --------------------------------------------------------------------------------------------
+# What the catalog does not say: billing rules, storage and traffic prices per cloud
+
+
+@dataclass(frozen=True)
+class CloudPrices:
+    """Storage and traffic prices of one cloud, USD, from its price pages, and its billing rules."""
+
+    storage_gb_month: Decimal | None
+    egress_gb: Decimal | None
+    ingress_gb: Decimal | None
+    billing: BillingRules
+    source: str  # the pages and when they were read
+
+
+def _per_gb(per_gib: str) -> Decimal:
+    return (Decimal(per_gib) / _GIB_PER_GB).quantize(Decimal("0.000001"))
+
+
+def _cloud_prices() -> dict[str, CloudPrices]:
+    from rentopt.providers.aws import EGRESS_PER_GB as AWS_EGRESS, AwsProvider
+    from rentopt.providers.azure import AzureProvider
+    from rentopt.providers.lambdalabs import FILESYSTEM_GB_MONTH, TRANSFER_GB as LAMBDA_TRANSFER, LambdaProvider
+    from rentopt.providers.runpod import STORAGE_RUNNING_GB_MONTH, TRANSFER_GB as RUNPOD_TRANSFER, RunpodProvider
+    from rentopt.providers.vast import VastProvider
+
+    return {
+        # pd-balanced $0.100 per GiB-month and Premium Tier internet egress $0.12 per GiB (first
+        # TiB, worldwide except China/Australia), US list prices; ingress free. Google bills
+        # per GiB. Per-second billing, 1-minute minimum; a stopped VM pays for its disks.
+        "gcp": CloudPrices(
+            _per_gb("0.100"), _per_gb("0.12"), Decimal(0),
+            BillingRules(granularity_s=1, minimum_s=60, stopped_pays="storage", month_hours=730,
+                         source="https://cloud.google.com/compute/vm-instance-pricing (per second, 1 minute minimum)"),
+            "https://cloud.google.com/compute/disks-image-pricing (pd-balanced, 2026) ; "
+            "https://cloud.google.com/vpc/network-pricing (Premium Tier internet egress, 2026)"),
+        # Premium SSD P30 (1 TiB) 135.17 USD/month in East US = 0.132 USD per GiB-month; internet
+        # egress 0.087 USD/GB after the first 100 GB (Microsoft network, zone 1); ingress free.
+        "azure": CloudPrices(
+            _per_gb("0.132"), Decimal("0.087"), Decimal(0), AzureProvider.billing,
+            "https://azure.microsoft.com/en-us/pricing/details/managed-disks/ (P30 LRS, East US, 2026) ; "
+            "https://azure.microsoft.com/en-us/pricing/details/bandwidth/ (2026)"),
+        # gp3 0.08 USD per GB-month (us-east-1); egress as the AWS plugin (its page and tier).
+        "aws": CloudPrices(
+            Decimal("0.08"), AWS_EGRESS, Decimal(0), AwsProvider.billing,
+            "https://aws.amazon.com/ebs/pricing/ (gp3, us-east-1, 2026) ; https://aws.amazon.com/ec2/pricing/on-demand/"),
+        "lambda": CloudPrices(FILESYSTEM_GB_MONTH, LAMBDA_TRANSFER, LAMBDA_TRANSFER, LambdaProvider.billing,
+                              "https://docs.lambda.ai/public-cloud/billing"),
+        "runpod": CloudPrices(STORAGE_RUNNING_GB_MONTH, RUNPOD_TRANSFER, RUNPOD_TRANSFER, RunpodProvider.billing,
+                              "https://docs.runpod.io/pods/storage ; https://docs.runpod.io/accounts-billing/billing"),
+        # A marketplace: every host sets its own disk and bandwidth prices, so there is no one
+        # published figure. Unknown (the direct `vast` plugin reads them per offer).
+        "vast": CloudPrices(None, None, None, VastProvider.billing, "https://vast.ai/pricing (per host; not in the catalog)"),
+    }
+
+
+UNKNOWN_CLOUD = CloudPrices(None, None, None, BillingRules(source="not published in the SkyPilot catalog"),
+                            "storage and traffic prices not published in the catalog")
+
+
+# --------------------------------------------------------------------------------------------
+# Which GPU: per cloud, from SkyPilot's accelerator name and the instance family
+
+
+@dataclass(frozen=True)
+class Gpu:
+    raw: str  # a spelling hardware.normalise knows (with `form` and the memory hint)
+    form: str | None = None  # "SXM", "PCIe", "NVL"
+    interconnect: Interconnect = "unknown"
+    interconnect_gbps: float | None = None
+
+
+# GCP: the accelerator optimised families are HGX boards (SXM, NVLink/NVSwitch); V100 on N1 is the
+# SXM2 part with an NVLink ring at 300 GB/s; T4, P4, P100, L4 are PCIe
+# (https://cloud.google.com/compute/docs/gpus, "NVIDIA GPU models" table).
+GCP_GPUS = {
+    "A100": Gpu("A100-SXM4-40GB", "SXM", "nvlink", 600),
+    "A100-80GB": Gpu("A100-SXM4-80GB", "SXM", "nvlink", 600),
+    "H100": Gpu("H100 SXM", "SXM", "nvlink", 900),
+    "H100-MEGA": Gpu("H100 SXM", "SXM", "nvlink", 900),
+    "H200": Gpu("H200 SXM", "SXM", "nvlink", 900),
+    "B200": Gpu("B200", "SXM", "nvlink", 1800),
+    "L4": Gpu("L4", None, "pcie"),
+    "T4": Gpu("T4", None, "pcie"),
+    "P4": Gpu("P4", None, "pcie"),
+    "P100": Gpu("P100", None, "pcie"),
+    "V100": Gpu("Tesla V100-SXM2-16GB", "SXM", "nvlink", 300),
+}
+# SkyPilot's pairing (sky/catalog/gcp_catalog.py `_ACC_INSTANCE_TYPE_DICTS`): GPU -> count -> hosts.
+GCP_OWN_HOSTS = {
+    "A100": {1: ("a2-highgpu-1g",), 2: ("a2-highgpu-2g",), 4: ("a2-highgpu-4g",), 8: ("a2-highgpu-8g",),
+             16: ("a2-megagpu-16g",)},
+    "A100-80GB": {1: ("a2-ultragpu-1g",), 2: ("a2-ultragpu-2g",), 4: ("a2-ultragpu-4g",), 8: ("a2-ultragpu-8g",)},
+    "L4": {1: ("g2-standard-4", "g2-standard-8", "g2-standard-12", "g2-standard-16", "g2-standard-32"),
+           2: ("g2-standard-24",), 4: ("g2-standard-48",), 8: ("g2-standard-96",)},
+    "H100": {1: ("a3-highgpu-1g",), 2: ("a3-highgpu-2g",), 4: ("a3-highgpu-4g",), 8: ("a3-highgpu-8g",)},
+    "H100-MEGA": {8: ("a3-megagpu-8g",)},
+    "H200": {8: ("a3-ultragpu-8g",)},
+    "B200": {8: ("a4-highgpu-8g",)},
+}
+# Other GPUs attach to N1 hosts with at least this many vCPUs (`_NUM_ACC_TO_NUM_CPU`) and 4 GiB
+# of memory per vCPU (`_DEFAULT_GPU_MEMORY_CPU_RATIO`).
+GCP_N1_FAMILIES = ("n1-standard", "n1-highmem", "n1-highcpu")
+GCP_N1_CPUS = {
+    "V100": {1: 8, 2: 16, 4: 32, 8: 64},
+    "T4": {1: 4, 2: 8, 4: 48},
+    "P100": {1: 8, 2: 16, 4: 32, 8: 64},
+    "DEFAULT": {1: 8, 2: 16, 4: 32, 8: 64, 16: 128},
+}
+GCP_MEMORY_PER_CPU = 4
+
+# Lambda: the GPU model token of the instance type, and the form factor when the name has no
+# suffix: Lambda's API describes gpu_{1,2,4}x_a100 as "A100 (40 GB PCIe)" and gpu_8x_a100 as
+# "8x A100 (40 GB SXM4)"; "RTX 6000 (24 GB)" is the Quadro RTX 6000
+# (https://docs.lambda.ai/public-cloud/cloud-api/, instance-types).
+LAMBDA_MODELS = {"a10": "A10", "a100": "A100", "a6000": "RTX A6000", "rtx6000": "Quadro RTX 6000",
+                 "h100": "H100", "b200": "B200", "gh200": "GH200", "v100": "Tesla V100", "h200": "H200"}
+_LAMBDA_TYPE = re.compile(r"^gpu_(?P<n>\d+)x_(?P<model>[a-z0-9]+?)(?:_(?P<gb>\d+)gb)?(?:_(?P<form>sxm\d|pcie))?(?:_.*)?$")
+
+
+def _lambda_gpu(instance: str) -> Gpu | None:
+    m = _LAMBDA_TYPE.match(instance)
+    if not m or m["model"] not in LAMBDA_MODELS:
+        return None
+    form = m["form"]
+    if form is None and m["model"] == "a100":
+        form = "sxm4" if m["n"] == "8" else "pcie"
+    if form is None:
+        return Gpu(LAMBDA_MODELS[m["model"]], None, "unknown")
+    sxm = form.startswith("sxm")
+    return Gpu(LAMBDA_MODELS[m["model"]], "SXM" if sxm else "PCIe", "nvlink" if sxm else "pcie")
+
+
+def _vast_gpu(instance: str, name: str) -> Gpu:
+    """`2x-H100_SXM-32-65536` -> "H100 SXM" (the catalog's instance name carries Vast's GPU name)."""
+    parts = instance.split("-")
+    raw = parts[1].replace("_", " ") if len(parts) >= 2 and parts[0].endswith("x") else name
+    form = "SXM" if "SXM" in raw.upper() else "PCIe" if "PCIE" in raw.upper() else "NVL" if "NVL" in raw.upper() else None
+    return Gpu(raw, form, "nvlink" if form == "SXM" else "pcie" if form else "unknown")
+
+
+# --------------------------------------------------------------------------------------------
+# The plugin
+
+
+class SkyPilotProvider(Provider):
+    name = "skypilot"
+    currency = "USD"
+    api_root = PUBLISHED_CATALOG
+    key_env = None
+    key_required = False
+    docs_url = "https://docs.skypilot.co/en/latest/reference/catalog.html"
+    multi_provider = True
+    # TPU and CPU rows are most of some clouds' files: the per-cloud check below replaces it.
+    guard_skipped_share = False
+
+    def base_url(self) -> str:
+        if value := os.environ.get(CATALOG_ENV) or os.environ.get(self.base_url_env()):
+            return value.rstrip("/")
+        local = LOCAL_CATALOG.expanduser()
+        if local.is_dir():
+            return str(local)
+        return self.api_root
+
+    async def fetch(self, ctx: FetchContext) -> list[Offer]:
+        location = self.base_url()
+        files = await (_fetch_urls(ctx, location) if _is_url(location) else _read_dir(ctx, location))
+        if not files and not ctx.provider_errors:
+            raise ctx.schema_error(f"no <cloud>/vms.csv found under {location}")
+        offers: list[Offer] = []
+        for cloud, (text, fetched_at, source) in sorted(files.items()):
+            try:
+                mine = parse_catalog(ctx, cloud, text, fetched_at=fetched_at, source=source)
+            except CatalogError as exc:
+                ctx.provider_errors[cloud] = str(exc)
+                continue
+            ctx.provider_sources[cloud] = (source, fetched_at)
+            offers += mine
+        if files and len(ctx.provider_errors) == len(files):
+            # Not one usable file: not a catalog at all (an error page, a wrong URL).
+            raise ctx.schema_error(next(iter(ctx.provider_errors.values())))
+        return offers
+
+
+class CatalogError(Exception):
+    """One cloud's file cannot be used as a whole (its other clouds still are)."""
+
+
+def _is_url(location: str) -> bool:
+    return location.startswith(("http://", "https://"))
+
+
+def catalog_date(path: Path) -> datetime:
+    """A `YYYY-MM-DD` directory above the file, else its modification time (UTC)."""
+    for part in reversed(path.resolve().parts[:-1]):
+        if _DATE_DIR.match(part):
+            return datetime.fromisoformat(part).replace(tzinfo=timezone.utc)
+    return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+
+
+def describe_source(cloud: str, location: str, when: datetime) -> str:
+    """ "SkyPilot catalog of 2026-05-20 (gcp/vms.csv at <location>)": every offer's `source`."""
+    return f"SkyPilot catalog of {when:%Y-%m-%d} ({cloud}/vms.csv at {location})"
+
+
+async def _read_dir(ctx: FetchContext, location: str) -> dict[str, tuple[str, datetime, str]]:
+    root = Path(location).expanduser()
+    if not root.is_dir():
+        raise ctx.error(f"{CATALOG_ENV}={location}: no such directory")
+    found = {}
+    for path in sorted(root.glob("*/vms.csv")):
+        cloud = path.parent.name.lower()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            ctx.provider_errors[cloud] = f"cannot read {path}: {exc}"
+            continue
+        when = catalog_date(path)
+        found[cloud] = (text, when, describe_source(cloud, str(root), when))
+    return found
+
+
+async def _fetch_urls(ctx: FetchContext, base: str) -> dict[str, tuple[str, datetime, str]]:
+    """Each cloud's file in turn. A 404 is a cloud this catalog does not have. A cloud that
+    cannot be fetched after the retries stops the walk: the host is down or refusing, so the
+    plugin fails as a whole and every provider it delivered keeps its last good prices."""
+    from rentopt.optimizer.errors import ProviderError
+
+    found = {}
+    for cloud in URL_CLOUDS:
+        url = f"{base}/{cloud}/vms.csv"
+        try:
+            response = await ctx.request("GET", url)
+        except ProviderError as exc:
+            if "HTTP 404" in exc.reason:
+                continue
+            raise ctx.error(f"{base}: {exc.reason}") from None
+        when = ctx.fetched_at
+        if stamp := response.headers.get("Last-Modified"):
+            try:
+                when = parsedate_to_datetime(stamp).astimezone(timezone.utc)
+            except (TypeError, ValueError):
+                pass
+        found[cloud] = (response.text, when, describe_source(cloud, base, when))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing one cloud's vms.csv
+
+
+def read_rows(text: str) -> tuple[list[str], list[list[str]], int]:
+    """Header, rows, and how many rows had the wrong number of fields. Azure's unquoted
+    `Generation` = `V1,V2` (one field too many) is joined back into the last column."""
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if not header:
+        raise CatalogError("the file is empty")
+    width = len(header)
+    rows, bad = [], 0
+    joins_last = header[-1] == "Generation"
+    for row in reader:
+        if len(row) == width:
+            rows.append(row)
+        elif len(row) > width and joins_last:
+            rows.append(row[:width - 1] + [",".join(row[width - 1:])])
+        elif row:
+            bad += 1
+    return header, rows, bad
+
+
+def _price(text: str) -> Decimal | None:
+    return to_decimal(text) if text and text.strip() else None
+
+
+def _text(amount: Decimal | None) -> str | None:
+    return None if amount is None else str(amount)
+
+
+def _count(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _memory_gib(gpu_info: str) -> float | None:
+    m = _MIB.search(gpu_info or "")
+    return float(m.group(1)) / 1024 if m else None
+
+
+@dataclass
+class _Row:
+    instance: str
+    accelerator: str
+    count: float
+    price: Decimal | None
+    spot: Decimal | None
+    region: str
+    zone: str | None
+    gpu_info: str
+    vcpus: float | None
+    memory_gib: float | None
+    generation: str | None = None
+
+
+def parse_catalog(ctx: FetchContext, cloud: str, text: str, *, fetched_at: datetime, source: str) -> list[Offer]:
+    """One cloud's vms.csv -> offers of provider `cloud`. CatalogError when the file is unusable."""
+    try:
+        header, rows, bad = read_rows(text)
+    except CatalogError:
+        raise CatalogError(f"{cloud}/vms.csv is empty: not a SkyPilot v8 catalog") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise CatalogError(f"{cloud}/vms.csv is not a SkyPilot v8 catalog: it has no {', '.join(missing)} column")
+    if not text.endswith("\n"):
+        # SkyPilot writes every vms.csv with a final newline: a file without one was cut short,
+        # and its last row's last price may have lost digits.
+        raise CatalogError(f"{cloud}/vms.csv ends in the middle of a row: the download was cut short")
+    col = {name: i for i, name in enumerate(header)}
+    get = {name: col.get(name) for name in ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "SpotPrice",
+                                            "Region", "AvailabilityZone", "GpuInfo", "vCPUs", "MemoryGiB", "Generation")}
+
+    def field(row: list[str], name: str) -> str:
+        i = get[name]
+        return row[i] if i is not None else ""
+
+    gpu_rows: list[_Row] = []
+    hosts: list[_Row] = []
+    tpus = 0
+    for row in rows:
+        accelerator = field(row, "AcceleratorName")
+        if cloud == "gcp" and not accelerator:
+            hosts.append(_row(row, field, accelerator))
+            continue
+        if not accelerator:
+            continue  # a CPU-only instance: not a GPU offer, not a skip
+        if accelerator.lower().startswith("tpu"):
+            tpus += 1
+            continue
+        gpu_rows.append(_row(row, field, accelerator))
+    if tpus:
+        ctx.skip(f"{cloud}: {tpus} TPU rows", "TPUs are not GPUs; rentopt plans GPU jobs only")
+    if bad:
+        ctx.skip(f"{cloud}: {bad} rows", "wrong number of fields")
+    prices = _cloud_prices().get(cloud, UNKNOWN_CLOUD)
+    build = _Builder(ctx, cloud, prices, fetched_at, source)
+    if cloud == "gcp":
+        offers = _gcp_offers(build, gpu_rows, hosts)
+    else:
+        offers = [o for r in gpu_rows for o in build.offers_for(r)]
+    usable = len({o.offer_id.removesuffix("/spot") for o in offers})
+    if gpu_rows and usable * 2 < len(gpu_rows) and cloud not in ("gcp",):
+        raise CatalogError(f"{cloud}/vms.csv: only {usable} of {len(gpu_rows)} GPU rows could be used; "
+                           "the catalog's format has probably changed")
+    return offers
+
+
+def _region(text: str) -> str:
+    """Vast writes "City, CC, Continent" and leaves the city empty (", CA, NA"): drop empty parts."""
+    return ", ".join(p.strip() for p in text.split(",") if p.strip()) if "," in text else text.strip()
+
+
+def _row(row: list[str], field, accelerator: str) -> _Row:  # noqa: ANN001 - a local accessor
+    return _Row(
+        instance=field(row, "InstanceType"), accelerator=accelerator, count=_count(field(row, "AcceleratorCount")) or 0,
+        price=_price(field(row, "Price")), spot=_price(field(row, "SpotPrice")), region=_region(field(row, "Region")),
+        zone=field(row, "AvailabilityZone") or None, gpu_info=field(row, "GpuInfo"),
+        vcpus=_count(field(row, "vCPUs")), memory_gib=_count(field(row, "MemoryGiB")),
+        generation=field(row, "Generation") or None,
+    )
+
+
+class _Builder:
+    """Offers of one cloud: identifies the GPU and fills in the cloud's prices and rules."""
+
+    def __init__(self, ctx: FetchContext, cloud: str, prices: CloudPrices, fetched_at: datetime, source: str):
+        self.ctx, self.cloud, self.prices, self.fetched_at, self.source = ctx, cloud, prices, fetched_at, source
+        from rentopt.providers.azure import SIZES, is_rdma
+
+        self.azure_sizes, self.is_rdma = SIZES, is_rdma
+
+    def offers_for(self, r: _Row, *, instance: str | None = None, price: Decimal | None = None,
+                   spot: Decimal | None = None, host: _Row | None = None) -> list[Offer]:
+        instance = instance or r.instance
+        price = r.price if price is None and host is None else price
+        spot = r.spot if spot is None and host is None else spot
+        row_id = f"{instance}/{r.zone or r.region}"
+        if r.count <= 0:
+            self.ctx.skip(row_id, f"accelerator count {r.count!r} is not a number of GPUs")
+            return []
+        if r.count != int(r.count):
+            self.ctx.skip(row_id, f"fractional GPU: {r.count:g} of an {r.accelerator}")
+            return []
+        ident = self._identify(r, instance)
+        if isinstance(ident, str):
+            self.ctx.skip(row_id, ident)
+            return []
+        gpu, fields = ident
+        if host is not None:
+            fields["extra"].update({"host_vm": host.instance, "host_price": _text(host.price),
+                                    "host_spot_price": _text(host.spot), "gpu_price": _text(r.price),
+                                    "gpu_spot_price": _text(r.spot)})
+        fields["host_ram_gb"] = round((host or r).memory_gib * float(_GIB_PER_GB), 1) if (host or r).memory_gib else None
+        out = []
+        if price is not None:
+            if offer := self._offer(row_id, r, gpu, fields, [PriceOption(unit=PriceUnit.HOUR, amount=price, label="on-demand")]):
+                out.append(offer)
+        else:
+            self.ctx.skip(row_id, "no on-demand price in the catalog (empty Price: unknown, not free)")
+        if spot is not None:
+            options = [PriceOption(unit=PriceUnit.HOUR, amount=spot, interruptible=True, label="spot")]
+            if offer := self._offer(row_id + "/spot", r, gpu, fields, options, spot=True):
+                out.append(offer)
+        return out
+
+    def _identify(self, r: _Row, instance: str) -> tuple[Gpu, dict[str, Any]] | str:
+        fields: dict[str, Any] = {"extra": {"instance_type": instance, "skypilot_accelerator": r.accelerator}}
+        if self.cloud == "gcp":
+            gpu = GCP_GPUS.get(r.accelerator) or Gpu(r.accelerator)
+            family = multinode.GCP_FAMILIES.get(instance.split("+")[0])
+            fields = multinode.apply(fields, family)
+            return gpu, fields
+        if self.cloud == "azure":
+            size = self.azure_sizes.get(instance)
+            if size is None:
+                return f"VM size {instance} is not in rentopt's Azure N-series table (unknown GPU model)"
+            if size.fraction:
+                return f"fractional GPU: {instance} is {size.fraction} of an {size.family.gpu_raw.split()[-1]}"
+            fam = size.family
+            gpu = Gpu(fam.gpu_raw, None, fam.interconnect, fam.interconnect_gbps)
+            fields["extra"]["series"] = fam.name
+            fields["extra"]["series_doc"] = fam.doc
+            if self.is_rdma(instance):
+                fields = multinode.apply(fields, multinode.AZURE_FAMILIES.get(instance))
+            return gpu, fields
+        if self.cloud == "lambda":
+            gpu = _lambda_gpu(instance)
+            return gpu if gpu is not None else Gpu(r.accelerator), fields
+        if self.cloud == "vast":
+            return _vast_gpu(instance, r.accelerator), fields
+        if self.cloud == "aws":
+            from rentopt.providers.aws import FAMILIES
+
+            family = FAMILIES.get(instance.split(".")[0])
+            if family is not None:
+                fields = multinode.apply(fields, multinode.AWS_FAMILIES.get(instance.split(".")[0]))
+                return Gpu(family.gpu_raw, None, family.interconnect, family.interconnect_gbps), fields
+        return Gpu(r.accelerator), fields
+
+    def _offer(self, row_id: str, r: _Row, gpu: Gpu, fields: dict[str, Any], options: list[PriceOption],
+               spot: bool = False) -> Offer | None:
+        gpu_id, status, memory = _normalised(gpu.raw, _memory_gib(r.gpu_info), gpu.form)
+        if gpu_id is None:
+            self.ctx.unknown_gpus.add(gpu.raw)
+        if not memory:
+            self.ctx.skip(row_id, f"GPU {gpu.raw!r} has no known memory size")
+            return None
+        prices, rules = self.prices, self.prices.billing
+        extra = dict(fields.get("extra") or {})
+        extra["prices_source"] = prices.source
+        if r.zone:
+            extra["zone"] = r.zone
+        values = {
+            **fields,
+            "provider": self.cloud, "offer_id": row_id, "gpu": gpu_id, "gpu_raw": gpu.raw, "gpu_status": status,
+            "gpus": int(r.count), "gpu_memory_gb": memory, "interconnect": gpu.interconnect,
+            "interconnect_gbps": gpu.interconnect_gbps, "region": r.region, "spot": spot, "price_options": options,
+            "storage_gb_month": prices.storage_gb_month, "egress_gb": prices.egress_gb, "ingress_gb": prices.ingress_gb,
+            "billing_granularity_s": rules.granularity_s, "billing_minimum_s": rules.minimum_s,
+            "month_hours": rules.month_hours, "stopped_bills": rules.stopped_pays, "currency": "USD",
+            "fetched_at": self.fetched_at, "source": self.source, "extra": extra,
+        }
+        try:
+            return Offer(**values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            self.ctx.skip(row_id, f"invalid {'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg')}")
+            return None
+
+
+@lru_cache(maxsize=512)
+def _normalised(raw: str, memory_gib: float | None, form: str | None) -> tuple[str | None, str, float | None]:
+    """(catalog id or None, match status, per-GPU memory GB): the catalog's memory for a known
+    GPU, else the catalog file's own figure."""
+    from rentopt.optimizer.hardware import get_gpu, normalise
+
+    match = normalise(raw, memory_gib, form_factor_hint=form)
+    if match.gpu is not None:
+        return match.gpu, match.status, get_gpu(match.gpu).memory_gb
+    return None, match.status, round(memory_gib, 1) if memory_gib else None
+
+
+def _gcp_offers(build: _Builder, gpu_rows: list[_Row], hosts: list[_Row]) -> list[Offer]:
+    """GPU rows priced together with their host VM, by SkyPilot's pairing rule (module docstring)."""
+    by_zone: dict[tuple[str, str | None], list[_Row]] = defaultdict(list)
+    unpriced: set[tuple[str, str | None, str]] = set()
+    for h in hosts:
+        if h.price is not None:
+            by_zone[(h.region, h.zone)].append(h)
+        else:
+            unpriced.add((h.region, h.zone, h.instance))
+    offers: list[Offer] = []
+    for r in gpu_rows:
+        count = int(r.count) if r.count == int(r.count) else 0
+        host = _gcp_host(r.accelerator, count, by_zone.get((r.region, r.zone), []))
+        row_id = f"{r.accelerator}x{r.count:g}/{r.zone or r.region}"
+        if host is None:
+            names = GCP_OWN_HOSTS.get(r.accelerator, {}).get(count, ())
+            why = " (the catalog lists it with no usable price: 0 or empty is unknown)" \
+                if any((r.region, r.zone, n) in unpriced for n in names) else ""
+            build.ctx.skip(row_id, f"no host VM for {count} x {r.accelerator} priced in {r.zone}{why} "
+                                   "(SkyPilot's pairing rule)")
+            continue
+        instance = host.instance if r.accelerator in GCP_OWN_HOSTS else f"{host.instance}+{count}x{r.accelerator}"
+        price = r.price + host.price if r.price is not None and host.price is not None else None
+        spot = r.spot + host.spot if r.spot is not None and host.spot is not None else None
+        made = build.offers_for(r, instance=instance, price=price, spot=spot, host=host)
+        offers += made
+    return offers
+
+
+def _gcp_host(accelerator: str, count: int, zone_hosts: list[_Row]) -> _Row | None:
+    if accelerator in GCP_OWN_HOSTS:
+        names = GCP_OWN_HOSTS[accelerator].get(count, ())
+        candidates = [h for h in zone_hosts if h.instance in names]
+    else:
+        cpus = GCP_N1_CPUS.get(accelerator, GCP_N1_CPUS["DEFAULT"]).get(count)
+        if cpus is None:
+            return None
+        candidates = [h for h in zone_hosts if h.instance.startswith(GCP_N1_FAMILIES)
+                      and (h.vcpus or 0) >= cpus and (h.memory_gib or 0) >= cpus * GCP_MEMORY_PER_CPU]
+    return min(candidates, key=lambda h: (h.price, h.instance), default=None)

@@ -1,0 +1,46 @@
+"""Fetching a team's snapshot file over HTTP for `rentopt refresh --from URL` (providers/ is the
+only package that speaks HTTP): one GET through the shared client in base.py, with its timeouts,
+retries and `Retry-After` handling. Not a registered plugin: it returns bytes, not offers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+import httpx
+
+from rentopt.optimizer.errors import ProviderError
+from rentopt.optimizer.models import Offer
+from rentopt.providers.base import FetchContext, HttpSettings, Provider
+
+
+class TeamCatalog(Provider):
+    """A snapshot file published by a team (a nightly CI job's `rentopt snapshot export`)."""
+
+    name: ClassVar[str] = "snapshot-file"
+    api_root: ClassVar[str] = ""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def base_url(self) -> str:
+        return self.url
+
+    async def fetch(self, ctx: FetchContext) -> list[Offer]:  # pragma: no cover - not a plugin
+        raise NotImplementedError
+
+
+def fetch_snapshot_bytes(url: str, settings: HttpSettings | None = None,
+                         transport: httpx.AsyncBaseTransport | None = None) -> bytes:
+    """The bytes at `url`; ProviderError (with the reason) when it cannot be fetched."""
+
+    async def run() -> bytes:
+        async with httpx.AsyncClient(transport=transport, follow_redirects=True,
+                                     headers={"User-Agent": "rentopt (+https://github.com/rentopt/rentopt)"}) as client:
+            ctx = FetchContext(TeamCatalog(url), client, settings or HttpSettings.from_env())
+            return (await ctx.request("GET", url)).content
+
+    return asyncio.run(run())
+
+
+__all__ = ["ProviderError", "TeamCatalog", "fetch_snapshot_bytes"]

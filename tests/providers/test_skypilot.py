@@ -1,0 +1,265 @@
+"""The SkyPilot catalog plugin: real catalog rows priced exactly, the catalog's quirks, one
+provider per cloud, and failures that lose nothing.
+
+Expected prices are read by hand from the CSV rows quoted next to each assertion (the shared
+2026-05-20 catalog, or the excerpts of it in fixtures/skypilot/), never from the plugin.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import pytest
+import respx
+from click.testing import CliRunner
+
+from rentopt.optimizer.cli import cli
+from rentopt.optimizer.store import OfferQuery, open_readonly, store_path
+from rentopt.providers import skypilot
+from rentopt.providers.base import FetchContext
+from rentopt.providers.skypilot import PUBLISHED_CATALOG, SkyPilotProvider, catalog_date, parse_catalog, read_rows
+from tests.providers.helpers import fetch, fetch_recorded
+from tools.build_snapshot import find_catalogs
+
+SHARED = find_catalogs()
+CATALOG_2026_05_20 = SHARED / "skypilot-v8" / "2026-05-20" if SHARED else None
+D = Decimal
+
+
+@pytest.fixture(autouse=True)
+def no_local_skypilot(monkeypatch, tmp_path):
+    """A developer's own ~/.sky/catalogs/v8 must not change what these tests read."""
+    monkeypatch.setattr(skypilot, "LOCAL_CATALOG", tmp_path / "no-sky")
+
+
+def by_key(offers):
+    return {(o.provider, o.offer_id): o for o in offers}
+
+
+def hour(offer) -> Decimal:
+    (option,) = offer.price_options
+    assert option.unit == "hour"
+    return option.amount
+
+
+# --------------------------------------------------------------------------------------------
+# The shared 2026-05-20 catalog, refreshed through the CLI and compared row by row
+
+
+@pytest.mark.skipif(CATALOG_2026_05_20 is None, reason="the shared SkyPilot catalogs are not on this machine")
+def test_refresh_from_a_catalog_directory_stores_its_prices_exactly(monkeypatch):
+    monkeypatch.setenv("RENTOPT_SKYPILOT_CATALOG", str(CATALOG_2026_05_20))
+    result = CliRunner().invoke(cli, ["refresh", "--providers", "skypilot"])
+    assert result.exit_code == 0, result.output
+    for cloud in ("gcp", "azure", "lambda", "vast"):
+        assert f"skypilot/{cloud}" in result.output
+    with open_readonly(store_path()) as store:
+        states = {s.name: s for s in store.providers()}
+        offers = by_key(store.load_offers(OfferQuery(providers=("gcp", "azure", "lambda", "vast"))))
+    for cloud in ("gcp", "azure", "lambda", "vast"):
+        assert states[cloud].plugin == "skypilot"
+        assert states[cloud].fetched_at == datetime(2026, 5, 20, tzinfo=timezone.utc)  # the catalog's folder date
+
+    # gcp rows (us-central1-a):
+    #   a3-highgpu-8g,208.0,1872.0,,,,us-central1,us-central1-a,9.46006,3.86318
+    #   ,,,H100,8,{...81920...},us-central1,us-central1-a,33.60609,32.0104
+    h100 = offers[("gcp", "a3-highgpu-8g/us-central1-a")]
+    assert hour(h100) == D("9.46006") + D("33.60609") == D("43.06615")
+    assert hour(offers[("gcp", "a3-highgpu-8g/us-central1-a/spot")]) == D("3.86318") + D("32.0104")
+    assert (h100.gpu, h100.gpus, h100.interconnect) == ("H100-SXM-80GB", 8, "nvlink")
+    #   a2-highgpu-1g,12.0,85.0,,,,us-central1,us-central1-a,0.73948,0.36975
+    #   ,,,A100,1,{...40960...},us-central1,us-central1-a,2.93391,1.4341
+    a100 = offers[("gcp", "a2-highgpu-1g/us-central1-a")]
+    assert hour(a100) == D("3.67339") and a100.gpu == "A100-SXM4-40GB"
+    assert hour(offers[("gcp", "a2-highgpu-1g/us-central1-a/spot")]) == D("1.80385")
+    #   ,,,T4,1,...,us-central1,us-central1-a,0.35,0.1654 on an N1 host with >= 4 vCPUs and
+    #   >= 16 GiB: n1-standard-4 has 15 GiB (too little); the cheapest that fits is
+    #   n1-highmem-4,4.0,26.0,,,,us-central1,us-central1-a,0.23661,0.08638
+    t4 = offers[("gcp", "n1-highmem-4+1xT4/us-central1-a")]
+    assert hour(t4) == D("0.58661") and t4.gpu == "T4-16GB"
+    assert hour(offers[("gcp", "n1-highmem-4+1xT4/us-central1-a/spot")]) == D("0.25178")
+
+    # azure: Standard_ND96isr_H100_v5,H100,8,96,1900,H100,98.32,18.169536,eastus,V2
+    nd = offers[("azure", "Standard_ND96isr_H100_v5/eastus")]
+    assert hour(nd) == D("98.32") and hour(offers[("azure", "Standard_ND96isr_H100_v5/eastus/spot")]) == D("18.169536")
+    assert (nd.gpu, nd.fabric, nd.fabric_gbps, nd.nodes_available) == ("H100-SXM-80GB", "infiniband", 3200, 8)
+    # an 11-field row (Generation V1,V2 unquoted): Standard_NC12s_v3,V100,2,12,224,V100,6.12,1.130976,eastus,V1,V2
+    nc = offers[("azure", "Standard_NC12s_v3/eastus")]
+    assert (hour(nc), nc.gpus, nc.gpu) == (D("6.12"), 2, "V100-PCIe-16GB")
+
+    # lambda: gpu_8x_h100_sxm5,H100,8.0,208.0,1800.0,31.92,us-east-1,{...},  (no spot price)
+    lam = offers[("lambda", "gpu_8x_h100_sxm5/us-east-1")]
+    assert (hour(lam), lam.gpu, lam.gpus) == (D("31.92"), "H100-SXM-80GB", 8)
+    assert ("lambda", "gpu_8x_h100_sxm5/us-east-1/spot") not in offers
+
+    # vast: 1x-RTX_5090-32-65536,RTX5090,1,...,0.44,0.00,"Denmark, DK, EU"  (0.00 spot = none)
+    vast = offers[("vast", "1x-RTX_5090-32-65536/Denmark, DK, EU")]
+    assert (hour(vast), vast.gpu) == (D("0.44"), "RTX-5090-32GB")
+    assert ("vast", "1x-RTX_5090-32-65536/Denmark, DK, EU/spot") not in offers
+
+
+@pytest.mark.skipif(CATALOG_2026_05_20 is None, reason="the shared SkyPilot catalogs are not on this machine")
+def test_the_whole_catalog_gives_over_a_thousand_gpu_offers_and_no_tpu_or_cpu_rows(monkeypatch):
+    monkeypatch.setenv("RENTOPT_SKYPILOT_CATALOG", str(CATALOG_2026_05_20))
+    outcome = fetch(SkyPilotProvider)
+    assert outcome.status == "ok", outcome.error
+    assert len(outcome.offers) >= 1000
+    assert {o.provider for o in outcome.offers} == {"gcp", "azure", "lambda", "vast"}
+    assert not [o for o in outcome.offers if o.gpu_raw.lower().startswith("tpu")]
+    assert any("1648 TPU rows" in row for row, _ in outcome.skipped)  # counted once, by hand: grep -c ',tpu-'
+
+
+# --------------------------------------------------------------------------------------------
+# The recorded excerpts, over HTTP at SkyPilot's published layout
+
+
+def test_the_published_catalog_is_read_per_cloud_over_http():
+    outcome, routes = fetch_recorded(SkyPilotProvider)
+    assert outcome.status == "ok", outcome.error
+    offers = by_key(outcome.offers)
+    assert {o.provider for o in outcome.offers} == {"gcp", "azure", "lambda", "vast"}
+    # Last-Modified: Wed, 20 May 2026 06:00:00 GMT dates every cloud's snapshot
+    when = datetime(2026, 5, 20, 6, tzinfo=timezone.utc)
+    assert outcome.provider_sources["gcp"] == (
+        f"SkyPilot catalog of 2026-05-20 (gcp/vms.csv at {PUBLISHED_CATALOG})", when)
+    assert all(o.fetched_at == when for o in outcome.offers)
+    # clouds the catalog does not have (404) are neither offers nor failures
+    assert outcome.provider_errors == {}
+    # a3-megagpu-8g (A3 Mega): 1,800 Gb/s GPUDirect-TCPXO between nodes, capacity a stated assumption
+    mega = offers[("gcp", "a3-megagpu-8g/us-central1-a")]
+    assert (mega.fabric, mega.fabric_gbps, mega.nodes_available) == ("ethernet", 1800, 8)
+    assert "assumed: 8 nodes" in mega.extra["nodes_available_basis"]
+
+
+def test_catalog_quirks_in_the_recorded_excerpts():
+    outcome, _ = fetch_recorded(SkyPilotProvider)
+    offers = by_key(outcome.offers)
+    skipped = dict(outcome.skipped)
+    # TPU rows are counted, not offered; CPU-only rows are neither
+    assert "gcp: 3 TPU rows" in skipped  # grep -c ',tpu-' fixtures/skypilot/gcp_vms.csv
+    assert not [k for k in offers if "e2-standard" in k[1] or "Standard_D2s_v3" in k[1] or "cpu_" in k[1]]
+    # a4-highgpu-8g,224.0,3968.0,,,,us-central1,us-central1-b,0.0,0.0: a zero host price is unknown
+    assert "usable price" in skipped["B200x8/us-central1-b"]
+    # A100 x16 needs an a2-megagpu-16g host, absent from the zone
+    assert "no host VM for 16 x A100" in skipped["A100x16/us-central1-a"]
+    # ,,,H100-MEGA,8,...,asia-northeast3-a,35.39149,   but the catalog has no a3-megagpu-8g host
+    # in that zone: SkyPilot would not list it either
+    assert "no host VM for 8 x H100-MEGA" in skipped["H100-MEGAx8/asia-northeast3-a"]
+    # azure: the fractional A10 (0.167) and the MI25 size rentopt has no table entry for
+    assert "fractional" in skipped["Standard_NV6ads_A10_v5/eastus"]
+    assert "not in rentopt's Azure N-series table" in skipped["Standard_NV4as_v4/eastus"]
+    # Standard_NC12s_v3,V100,2,12,224,V100,8.468,,jioindiawest,V1,V2 (11 fields, empty spot)
+    nc = offers[("azure", "Standard_NC12s_v3/jioindiawest")]
+    assert hour(nc) == D("8.468") and ("azure", "Standard_NC12s_v3/jioindiawest/spot") not in offers
+    # lambda: suffixes decide SXM vs PCIe; gpu_1x_a100 is Lambda's "A100 (40 GB PCIe)", gpu_8x_a100 its SXM4
+    assert offers[("lambda", "gpu_1x_a100/us-east-1")].gpu == "A100-PCIe-40GB"
+    assert offers[("lambda", "gpu_8x_a100/us-east-1")].gpu == "A100-SXM4-40GB"
+    assert offers[("lambda", "gpu_1x_h100_pcie/us-east-1")].gpu == "H100-PCIe-80GB"
+    assert offers[("lambda", "gpu_1x_rtx6000/us-east-1")].gpu == "Quadro-RTX-6000-24GB"
+    # Lambda's 8x V100 does not say SXM2 or PCIe: kept, GPU unknown, never guessed
+    v100 = offers[("lambda", "gpu_8x_v100/us-east-1")]
+    assert (v100.gpu, v100.gpu_memory_gb) == (None, 16.0)
+    # vast: ", CA, NA" has no city; H200 without SXM/NVL stays unknown; 4070S Ti is not in the catalog
+    assert any(k[1].endswith("/CA, NA") for k in offers if k[0] == "vast")
+    assert {o.gpu for o in outcome.offers if o.gpu_raw == "H200"} == {None}
+    assert "RTX 4070S Ti" in outcome.unknown_gpus
+    # storage and egress come from each cloud's published pages; the marketplace's stay unknown
+    gcp = offers[("gcp", "a2-highgpu-1g/us-central1-a")]
+    assert gcp.storage_gb_month == (D("0.100") / D("1.073741824")).quantize(D("0.000001"))
+    assert gcp.egress_gb == (D("0.12") / D("1.073741824")).quantize(D("0.000001"))
+    vast = next(o for o in outcome.offers if o.provider == "vast")
+    assert vast.storage_gb_month is None and vast.egress_gb is None
+
+
+def ctx() -> FetchContext:
+    return FetchContext(SkyPilotProvider(), client=None)  # type: ignore[arg-type]
+
+
+WHEN = datetime(2026, 5, 20, tzinfo=timezone.utc)
+LAMBDA_HEADER = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region,GpuInfo,SpotPrice\n"
+
+
+def test_an_empty_price_is_unknown_not_free():
+    text = LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,,us-east-1,,0.5\ngpu_1x_a10,A10,1.0,30.0,200.0,1.29,us-west-1,,\n"
+    c = ctx()
+    offers = by_key(parse_catalog(c, "lambda", text, fetched_at=WHEN, source="test"))
+    assert ("lambda", "gpu_1x_a10/us-east-1") not in offers
+    assert hour(offers[("lambda", "gpu_1x_a10/us-east-1/spot")]) == D("0.5")
+    assert "unknown, not free" in dict(c.skipped)["gpu_1x_a10/us-east-1"]
+    assert hour(offers[("lambda", "gpu_1x_a10/us-west-1")]) == D("1.29")
+
+
+def test_azure_generation_v1_v2_is_joined_back():
+    header, rows, bad = read_rows("a,b,Generation\n1,2,V1,V2\n3,4,V2\n5\n")
+    assert header == ["a", "b", "Generation"]
+    assert rows == [["1", "2", "V1,V2"], ["3", "4", "V2"]] and bad == 1
+
+
+def test_a_cloud_file_without_the_v8_columns_fails_only_that_cloud(tmp_path, monkeypatch):
+    (tmp_path / "lambda").mkdir()
+    (tmp_path / "lambda" / "vms.csv").write_text(LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,1.29,us-east-1,,\n")
+    (tmp_path / "mystery").mkdir()
+    (tmp_path / "mystery" / "vms.csv").write_text("Name,Cost\nbox,1\n")
+    monkeypatch.setenv("RENTOPT_SKYPILOT_CATALOG", str(tmp_path))
+    outcome = fetch(SkyPilotProvider)
+    assert outcome.status == "ok"
+    assert "not a SkyPilot v8 catalog: it has no InstanceType, AcceleratorName, AcceleratorCount, Price, Region column" \
+        in outcome.provider_errors["mystery"]
+    assert {o.provider for o in outcome.offers} == {"lambda"}
+
+
+def test_a_cut_short_file_is_refused_not_read_with_a_shortened_price():
+    text = LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,1.29,us-east-1,,\ngpu_1x_a10,A10,1.0,30.0,200.0,1.2"
+    with pytest.raises(skypilot.CatalogError, match="cut short"):
+        parse_catalog(ctx(), "lambda", text, fetched_at=WHEN, source="test")
+
+
+def test_an_unreachable_catalog_fails_the_plugin_as_a_whole():
+    with respx.mock(assert_all_called=False) as router:
+        router.route(url__startswith=PUBLISHED_CATALOG).mock(side_effect=httpx.ConnectError("offline"))
+        outcome = fetch(SkyPilotProvider)
+    assert outcome.status == "failed" and "connection failed" in outcome.error
+
+
+def test_a_missing_directory_is_a_clear_failure(monkeypatch, tmp_path):
+    monkeypatch.setenv("RENTOPT_SKYPILOT_CATALOG", str(tmp_path / "nope"))
+    outcome = fetch(SkyPilotProvider)
+    assert outcome.status == "failed" and "no such directory" in outcome.error
+
+
+def test_where_the_catalog_is_read_from(monkeypatch, tmp_path):
+    assert SkyPilotProvider().base_url() == PUBLISHED_CATALOG
+    local = tmp_path / "sky"
+    local.mkdir()
+    monkeypatch.setattr(skypilot, "LOCAL_CATALOG", local)
+    assert SkyPilotProvider().base_url() == str(local)
+    monkeypatch.setenv("RENTOPT_SKYPILOT_CATALOG", "https://mirror.example/v8/")
+    assert SkyPilotProvider().base_url() == "https://mirror.example/v8"
+
+
+def test_a_catalog_is_dated_by_its_folder_else_its_file_time(tmp_path):
+    dated = tmp_path / "2026-04-19" / "gcp"
+    dated.mkdir(parents=True)
+    (dated / "vms.csv").write_text("x")
+    assert catalog_date(dated / "vms.csv") == datetime(2026, 4, 19, tzinfo=timezone.utc)
+    plain = tmp_path / "v8" / "gcp"
+    plain.mkdir(parents=True)
+    (plain / "vms.csv").write_text("x")
+    stamp = datetime(2026, 3, 1, 12, tzinfo=timezone.utc).timestamp()
+    os.utime(plain / "vms.csv", (stamp, stamp))
+    assert catalog_date(plain / "vms.csv") == datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+
+
+def test_offers_name_their_cloud_and_refresh_names_the_plugin(monkeypatch, tmp_path):
+    (tmp_path / "lambda").mkdir()
+    (tmp_path / "lambda" / "vms.csv").write_text(LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,1.29,us-east-1,,\n")
+    monkeypatch.setenv("RENTOPT_SKYPILOT_CATALOG", str(tmp_path))
+    result = CliRunner().invoke(cli, ["refresh", "--providers", "skypilot"])
+    assert result.exit_code == 0, result.output
+    listing = CliRunner().invoke(cli, ["offers", "--provider", "lambda", "--format", "json"])
+    assert listing.exit_code == 0, listing.output
+    assert '"provider": "lambda"' in listing.stdout and '"offer_id": "gpu_1x_a10/us-east-1"' in listing.stdout

@@ -328,9 +328,13 @@ def format_report(report: RefreshReport) -> str:
     from tabulate import tabulate
 
     rows = []
+    shown: set[str] = set()
     for r in report.results:
         counts = [r.offers, r.new, r.changed, r.removed] if r.status == "ok" else ["-"] * 4
-        rows.append([r.label, r.status, *counts, r.skipped_rows, len(r.unknown_gpus), f"{r.seconds:.1f}"])
+        # Skipped rows, unknown GPUs and time belong to the plugin's run: shown on its first line only.
+        run = [r.skipped_rows, len(r.unknown_gpus), f"{r.seconds:.1f}"] if (r.plugin or r.provider) not in shown else ["", "", ""]
+        shown.add(r.plugin or r.provider)
+        rows.append([r.label, r.status, *counts, *run])
     lines = [tabulate(rows, headers=REPORT_HEADERS, disable_numparse=True)]
     unknown_said: set[str] = set()
     for r in report.results:
@@ -344,7 +348,8 @@ def format_report(report: RefreshReport) -> str:
         elif r.error:
             lines.append(f"{r.label}: {r.error}")
         if r.status == "ok" and r.fetched_at is not None and r.source and r.plugin and r.plugin != r.provider:
-            lines.append(f"{r.label}: prices of {r.fetched_at:%Y-%m-%d} from {r.source}")
+            day = f"{r.fetched_at:%Y-%m-%d}"
+            lines.append(f"{r.label}: {r.source}" if day in r.source else f"{r.label}: prices of {day} from {r.source}")
         if r.unknown_gpus and (r.plugin or r.provider) not in unknown_said:
             unknown_said.add(r.plugin or r.provider)
             lines.append(f"{r.plugin or r.provider}: GPU names not in the catalog (kept as unknown): {', '.join(r.unknown_gpus)}")

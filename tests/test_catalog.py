@@ -126,8 +126,8 @@ def test_a_refreshed_provider_comes_from_the_store_and_the_others_from_the_bundl
     assert "store 1" in found.label and "bundled 5" in found.label
     lines = found.sources(now=T0)
     assert lines[[p for p in sorted(found.provenance)].index("gcp")] == (
-        "gcp: SkyPilot catalog of 2026-05-20 (gcp/vms.csv at SkyPilot catalog v8 as mirrored at "
-        "github.com/anycloud-sh/catalog); from the bundled snapshot, 195 days old")
+        "gcp: SkyPilot catalog of 2026-05-20 (gcp/vms.csv at github.com/anycloud-sh/catalog, a mirror of "
+        "SkyPilot's published v8 catalog); from the bundled snapshot, 195 days old")
 
 
 def test_older_store_data_than_the_bundle_gives_way_to_the_bundle(rentopt_home):

@@ -40,7 +40,7 @@ SNAPSHOT_PATH = ROOT / "optimizer" / "data" / "snapshot.json.gz"
 CATALOGS_ENV = "RENTOPT_CATALOGS"
 # Where the SkyPilot files come from, for every offer's `source`: the public mirror's repository
 # (the catalog README in the project's shared material names the commit of each date).
-PUBLISHED_AT = "SkyPilot catalog v8 as mirrored at github.com/anycloud-sh/catalog"
+PUBLISHED_AT = "github.com/anycloud-sh/catalog, a mirror of SkyPilot's published v8 catalog"
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 

@@ -36,7 +36,8 @@ The catalog's quirks, handled here (checked on the published files; see also
 - Accelerator names are SkyPilot's (`A100-80GB`, `H100`, `RTX4090`, `RTXPRO6000WS`); SXM vs
   PCIe comes from the instance family (GCP a2/a3/a4 are SXM boards, Azure's tables, Lambda's
   `_sxm4`/`_pcie` suffixes, Vast's `H100_SXM`/`A100_PCIE` in the instance name), and the
-  per-GPU memory from `GpuInfo` (`'SizeInMiB': ...`, a Python literal, read with a regex).
+  per-GPU memory from `GpuInfo` (`'SizeInMiB': ...`, a Python literal, read with a regex;
+  Vast's is the total over the row's GPUs).
 - Spot prices become separate offers (`<id>/spot`), like the Azure plugin's.
 - The catalog has no storage or egress prices: those come from each cloud's published price
   pages (CLOUD_PRICES, each with its page and the date it was read).
@@ -542,7 +543,12 @@ class _Builder:
 
     def _offer(self, row_id: str, r: _Row, gpu: Gpu, fields: dict[str, Any], options: list[PriceOption],
                spot: bool = False) -> Offer | None:
-        gpu_id, status, memory = _normalised(gpu.raw, _memory_gib(r.gpu_info), gpu.form)
+        memory_gib = _memory_gib(r.gpu_info)
+        if self.cloud == "vast" and memory_gib and r.count > 1:
+            # Vast's rows give the memory of all the row's GPUs together ("2x-A100_SXM4" with
+            # 163840 MiB is two 80 GB cards; SkyPilot PR #10421); other clouds give it per GPU.
+            memory_gib /= r.count
+        gpu_id, status, memory = _normalised(gpu.raw, memory_gib, gpu.form)
         if gpu_id is None:
             self.ctx.unknown_gpus.add(gpu.raw)
         if not memory:

@@ -167,6 +167,12 @@ def test_catalog_quirks_in_the_recorded_excerpts():
     assert any(k[1].endswith("/CA, NA") for k in offers if k[0] == "vast")
     assert {o.gpu for o in outcome.offers if o.gpu_raw == "H200"} == {None}
     assert "RTX 4070S Ti" in outcome.unknown_gpus
+    # Vast gives the memory of all the row's GPUs: 4x-RTX_4070S_Ti ... 'SizeInMiB': 65504 is 4 x 16 GB,
+    # 2x-A100_SXM4 with 163840 MiB two 80 GB cards, with 81920 MiB two 40 GB ones
+    ti = next(o for o in outcome.offers if o.gpu_raw == "RTX 4070S Ti")
+    assert ti.gpus == 4 and ti.gpu_memory_gb == round(65504 / 4 / 1024, 1) == 16.0
+    two = sorted(o.gpu for o in outcome.offers if o.offer_id.startswith("2x-A100_SXM4"))
+    assert two == ["A100-SXM4-40GB", "A100-SXM4-80GB"]
     # storage and egress come from each cloud's published pages; the marketplace's stay unknown
     gcp = offers[("gcp", "a2-highgpu-1g/us-central1-a")]
     assert gcp.storage_gb_month == (D("0.100") / D("1.073741824")).quantize(D("0.000001"))

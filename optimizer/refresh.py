@@ -83,8 +83,10 @@ class RefreshReport:
 def run_refresh(names: list[str] | None = None, *, progress: Progress | None = None, settings=None,
                 transport=None) -> RefreshReport:
     """Refresh the plugins `names` (all registered ones when None) into the price store."""
-    from rentopt.providers.base import get_providers
+    from rentopt.providers.base import get_providers, load_providers
 
+    if names:
+        _point_providers_to_their_plugin(names, set(load_providers()[0]))
     providers = get_providers(names)  # InputError for an unknown name, before any side effect
     requested = set(names or ())
     home = rentopt_home()
@@ -96,6 +98,26 @@ def run_refresh(names: list[str] | None = None, *, progress: Progress | None = N
         for provider, outcome in zip(providers, outcomes, strict=True):
             results += _store_outcome(store, provider, outcome, provider.name in requested)
         return RefreshReport(results, store.path, _store_fx(store, fx_outcome))
+
+
+def _point_providers_to_their_plugin(names: list[str], plugins: set[str]) -> None:
+    """`refresh --providers gcp`: gcp is a provider the skypilot plugin delivers; say so."""
+    from rentopt.optimizer.catalog import load_offers
+    from rentopt.optimizer.errors import InputError
+
+    unknown = [n for n in names if n not in plugins]
+    if not unknown:
+        return
+    try:
+        provenance = load_offers().provenance
+    except (StoreError, InputError):
+        return
+    hints = [f"{n} is refreshed by the {provenance[n].plugin} plugin" for n in unknown
+             if n in provenance and provenance[n].plugin in plugins]
+    if hints:
+        wanted = sorted({provenance[n].plugin for n in unknown if n in provenance and provenance[n].plugin in plugins})
+        raise InputError(f"{'; '.join(hints)}: run `rentopt refresh --providers {','.join(wanted)}` "
+                         "(refresh names plugins; `rentopt providers` lists them)")
 
 
 def _store_outcome(store, plugin, outcome, requested: bool) -> list[ProviderResult]:

@@ -14,8 +14,7 @@ snapshot is dated by the catalog, not by the refresh: a `YYYY-MM-DD` directory i
 (`.../2026-05-20/gcp/vms.csv`), else the file's modification time (SkyPilot rewrites its copy
 when it pulls a new one), else the HTTP `Last-Modified` header, else the fetch time.
 
-The catalog's quirks, handled here (checked on the published files; see also
-/work/shared/catalogs/README.md in the project):
+The catalog's quirks, handled here (each checked on the published files of 2026-04 and -05):
 
 - Columns differ per cloud: read by header. Prices are USD per hour per instance.
 - An empty `Price` is unknown, never 0 (and 0 is unknown too: SkyPilot #3615). An empty or

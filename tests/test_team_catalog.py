@@ -305,3 +305,10 @@ def test_the_bundled_snapshot_imports_like_a_team_catalog(tmp_path):
     assert len(lam) == 32  # its published daily history came along
     with open_writable(store_path()):
         pass
+
+
+def test_refreshing_a_provider_by_name_points_to_its_plugin(rentopt_home):
+    result = CliRunner().invoke(cli, ["refresh", "--providers", "gcp"])
+    assert result.exit_code == 2
+    assert "gcp is refreshed by the skypilot plugin: run `rentopt refresh --providers skypilot`" in result.stderr
+    assert not store_path().exists()

@@ -613,7 +613,7 @@ def storage_line(terms: Terms, gb_per_node: Decimal, nodes: int, hours: Decimal,
                     note=f"within the {_gb(terms.free_disk_gb)} GB of disk the price includes")
     price = (terms.stopped_storage_gb_month if stopped else terms.storage_gb_month) if rate == "default" else rate
     gb_months = billable * hours / terms.month_hours
-    note = f"{_gb(billable)} GB for {hours.normalize():f} h"
+    note = f"{_gb(billable)} GB for {hours.quantize(Decimal('0.01')).normalize():f} h"
     if terms.free_disk_gb:
         note += f" (above the {_gb(terms.free_disk_gb)} GB included)"
     if price is None:
@@ -688,7 +688,25 @@ class StageBill:
 
     @property
     def unknown(self) -> tuple[str, ...]:
-        return tuple(f"{ln.what} ({ln.count.normalize():f} {ln.unit})" for ln in self.lines if ln.cost is None)
+        """The charges whose price nobody published, in words: "egress: 1.75 GB"."""
+        return tuple(_unknown_text(ln) for ln in self.lines if ln.cost is None)
+
+    @property
+    def unknown_kinds(self) -> tuple[str, ...]:
+        return tuple(ln.what for ln in self.lines if ln.cost is None)
+
+
+def _unknown_text(line: Line) -> str:
+    """
+    >>> _unknown_text(Line("storage_running", "GB-month", Decimal("0.2084"), None, None, "37.53 GB for 4.08 h: price unknown"))
+    'storage running: 37.53 GB for 4.08 h'
+    >>> _unknown_text(Line("egress", "GB", Decimal("1.750"), None, None, "price unknown"))
+    'egress: 1.75 GB'
+    """
+    what = line.what.replace("_", " ")
+    if line.unit == "GB-month" and " for " in line.note:
+        return f"{what}: {line.note.split(':')[0].split(' (')[0]}"
+    return f"{what}: {line.count.normalize():f} {line.unit}"
 
 
 def _lines(*found: Line | None | Sequence[Line]) -> tuple[Line, ...]:
@@ -901,6 +919,10 @@ class PlanBill:
     def unknown(self) -> tuple[str, ...]:
         return tuple(u for s in self.stages for u in s.unknown)
 
+    @cached_property
+    def unknown_kinds(self) -> tuple[str, ...]:
+        return tuple(k for s in self.stages for k in s.unknown_kinds)
+
     @property
     def key(self) -> tuple[Decimal, bool]:
         """Ranking: the known total, then fully priced before a plan with unknown charges."""
@@ -920,8 +942,7 @@ class PlanBill:
 
 def _certainly_no_dearer(a: PlanBill, b: PlanBill) -> bool:
     """a costs no more than b whatever the unknown prices are: its unknowns are among b's kinds."""
-    kinds = lambda bill: {(ln.what, ln.unit) for s in bill.stages for ln in s.lines if ln.cost is None}  # noqa: E731
-    return a.total <= b.total and kinds(a) <= kinds(b)
+    return a.total <= b.total and set(a.unknown_kinds) <= set(b.unknown_kinds)
 
 
 def idle_choice(keep: PlanBill, destroy: PlanBill) -> PlanBill:

@@ -10,13 +10,13 @@ NVLink; 004: multi-node needs IB >= 200G):
 5. CPU offload last.
 
 Sharded training across PCIe-only cards (consumer cards have no NVLink and P2P disabled) is
-feasible only with a stated scaling penalty; anything across nodes needs InfiniBand/RoCE of at
-least 200 Gb/s. Every rejection states the number that failed.
+feasible; what it costs in speed is the speed model's business (timing.py prices the bytes each
+layout moves over its link). Anything across nodes needs InfiniBand/RoCE of at least 200 Gb/s.
+Every rejection states the number that failed.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -52,35 +52,6 @@ PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
 # Usable memory when only the label is known: nvidia-smi shows 93.7-99.9 % of the label in GiB
 # (A10 23,028 MiB with ECC, H100 SXM 81,559 MiB, RTX 4090 24,564 MiB; gpu-specs.md §1).
 LABEL_USABLE = 0.95
-
-# --- scaling priors ------------------------------------------------------------------------------
-# Speed-up per doubling of GPUs, (pessimistic, typical, optimistic). Efficiency over n GPUs is
-# (f/2) ** log2(n). Sources:
-# - seed 000: on PCIe cards, ZeRO-3 / tensor parallel "卡加了一倍、速度只快了三成" (double the
-#   cards, ~30 % faster) -> f = 1.3; plain data parallel on PCIe "影响还能忍" (tolerable);
-# - gpu-specs.md §1/§5: whole-model training reaches 35-55 % MFU on NVLink/NVSwitch nodes (near
-#   linear scaling there); GeForce all-reduce goes through host memory at well under 25 GB/s;
-# - seed 004: multi-node efficiency below 70 % means a network bottleneck, so a healthy
-#   IB/RoCE cluster keeps >= 70 % per added node.
-# LoRA/QLoRA gradients are < 1 % of the parameters, so data parallelism is nearly free.
-SPEEDUP_PER_DOUBLING: dict[str, tuple[float, float, float]] = {
-    "dp-adapters": (1.90, 1.95, 2.00),
-    "dp-nvlink": (1.85, 1.90, 1.95),
-    "dp-pcie": (1.70, 1.80, 1.90),
-    "dp-consumer": (1.50, 1.70, 1.85),
-    "sharded-nvlink": (1.75, 1.85, 1.95),
-    "sharded-pcie": (1.20, 1.30, 1.50),
-    "tp-nvlink": (1.70, 1.80, 1.90),
-    "nodes": (1.40, 1.70, 1.85),
-}
-# CPU offload: the step waits on the CPU optimizer and PCIe transfers. A wide, uncertain prior
-# (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840, trades speed for model size; measured
-# slowdowns vary with CPU and PCIe generation): throughput factor (pessimistic, typical, optimistic).
-OFFLOAD_FACTOR: dict[str, tuple[float, float, float]] = {
-    "optimizer": (0.40, 0.60, 0.80),
-    "all": (0.20, 0.35, 0.50),
-}
-
 
 @dataclass(frozen=True)
 class NodeShape:
@@ -402,55 +373,6 @@ def layout_setup(setup: TrainingSetup, layout: Layout) -> TrainingSetup:
     })
 
 
-def scaling_prior(rung_kind: str, n: int) -> tuple[float, float, float]:
-    """Efficiency (pessimistic, typical, optimistic) of `n` GPUs for a kind of parallelism.
-
-    >>> scaling_prior("sharded-pcie", 2)
-    (0.6, 0.65, 0.75)
-    >>> scaling_prior("dp-nvlink", 1)
-    (1.0, 1.0, 1.0)
-    """
-    if n <= 1:
-        return (1.0, 1.0, 1.0)
-    doublings = math.log2(n)
-    return tuple((f / 2) ** doublings for f in SPEEDUP_PER_DOUBLING[rung_kind])  # type: ignore[return-value]
-
-
-def _scaling(setup: TrainingSetup, rung: _Rung, shape: NodeShape) -> tuple[tuple[float, float, float], str | None]:
-    """Scaling prior for this rung on this node shape, and the penalty sentence if any."""
-    link = link_class(shape)
-    per_node = shape.gpus_per_node
-    adapters = setup.mode in ("lora", "qlora")
-    penalty = None
-    if rung.tp > 1:
-        kind = "tp-nvlink"
-    elif rung.sharded:
-        kind = "sharded-nvlink" if link == "nvlink" else "sharded-pcie"
-        if link != "nvlink" and shape.total_gpus > 1:
-            what = "consumer cards without P2P" if link == "consumer" else "PCIe without NVLink"
-            penalty = (f"{rung.strategy} over {what}: every step all-gathers parameters, so doubling GPUs "
-                       f"gives only ~1.3x speed (seed 000)")
-    elif not setup.trains or adapters:
-        kind = "dp-adapters"
-    else:
-        kind = {"nvlink": "dp-nvlink", "pcie": "dp-pcie", "consumer": "dp-consumer"}[link]
-        if link == "consumer" and per_node > 1:
-            penalty = "data parallel on consumer cards: gradients are all-reduced through host memory (no P2P)"
-    low, mid, high = scaling_prior(kind, per_node)
-    if shape.nodes > 1:
-        nl, nm, nh = scaling_prior("nodes", shape.nodes)
-        low, mid, high = low * nl, mid * nm, high * nh
-    if rung.offload != "none":
-        ol, om, oh = OFFLOAD_FACTOR[rung.offload]
-        low, mid, high = low * ol, mid * om, high * oh
-        offload_note = f"CPU offload ({rung.offload}) slows each step to ~{om:.0%} (prior {ol:.0%}-{oh:.0%})"
-        penalty = f"{penalty}; {offload_note}" if penalty else offload_note
-    if penalty:
-        n = shape.total_gpus
-        penalty += f"; expected scaling efficiency on {n} GPU{'s' if n > 1 else ''}: {mid:.0%} ({low:.0%}-{high:.0%})"
-    return (low, mid, high), penalty
-
-
 def _fabric_problem(shape: NodeShape) -> str | None:
     if shape.nodes <= 1:
         return None
@@ -501,19 +423,20 @@ def find_layout(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, *, pin
         if host_needed and host_needed > _host_ram(shape) * HOST_RAM_USABLE:
             host_short = host_short or (host_needed, rung)
             continue
-        (low, mid, high), penalty = _scaling(runs, rung, shape)
-        notes = [*runtime.notes, *mem.assumptions]
-        if runs.trains and runs.grad_checkpointing is None:
-            notes.append("gradient checkpointing on: the job does not fit this layout without recomputation"
-                         if checkpointing else "gradient checkpointing off: the job fits without recomputation")
+        plan_notes = list(runtime.notes)  # what a plan on this layout must say
+        if runs.trains and runs.grad_checkpointing is None and checkpointing:
+            plan_notes.append("gradient checkpointing on: the job does not fit this layout without recomputation")
         if activation_scale != 1.0:
-            notes.append(f"activations scaled x{activation_scale:.2f} to match the measured validation peak "
-                         "(model states are exact and not scaled)")
+            plan_notes.append(f"activations scaled x{activation_scale:.2f} to match the measured validation peak "
+                              "(model states are exact and not scaled)")
         if shape.interconnect == "unknown" and n > 1:
-            notes.append("interconnect not stated by the provider: treated as PCIe")
+            plan_notes.append("interconnect not stated by the provider: treated as PCIe")
         if mem.cpu_offload_gb and shape.host_ram_gb is None:
-            notes.append(f"host RAM not stated: assumed {_host_ram(shape):.0f} GB "
-                         f"({HOST_RAM_PER_GPU_MEMORY:g}x the node's GPU memory) for the offloaded state")
+            plan_notes.append(f"host RAM not stated: assumed {_host_ram(shape):.0f} GB "
+                              f"({HOST_RAM_PER_GPU_MEMORY:g}x the node's GPU memory) for the offloaded state")
+        notes = [*plan_notes, *mem.assumptions]
+        if runs.trains and runs.grad_checkpointing is None and not checkpointing:
+            notes.append("gradient checkpointing off: the job fits without recomputation")
         layout = Layout(
             gpu=shape.gpu.id, gpus_per_node=shape.gpus_per_node, nodes=shape.nodes,
             strategy=rung.strategy, zero=rung.zero, fsdp=rung.fsdp, tensor_parallel=rung.tp,
@@ -521,15 +444,15 @@ def find_layout(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, *, pin
             grad_checkpointing=checkpointing, precision=runs.precision, attention=runtime.attention,
             **link_fields(shape),
             required_gb_per_gpu=round(required, 2), gpu_memory_gb=round(capacity, 1),
-            scaling_efficiency=mid, scaling_low=low, scaling_high=high, penalty=penalty,
-            notes=list(dict.fromkeys(notes)),
+            notes=list(dict.fromkeys(notes)), plan_notes=list(dict.fromkeys(plan_notes)),
         )
         return Fit(layout, mem)
     if needs_nvlink is not None:
         return NoFit("interconnect",
                      f"fits only with tensor parallel ({needs_nvlink.strategy}), which needs NVLink; "
                      f"{shape.gpu.id} x{shape.gpus_per_node} here talk over PCIe (TP over PCIe can be "
-                     f"slower than one card, seed 002)")
+                     f"slower than one card: Megatron-LM keeps tensor parallelism inside NVLink nodes, Narayanan et al. 2021, "
+                     f"arXiv:2104.04473)")
     if host_short is not None and closest is None:
         needed, rung = host_short
         return NoFit("memory", f"fits only with {rung.strategy}, which needs {needed:.0f} GB of host RAM "

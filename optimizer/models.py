@@ -571,11 +571,8 @@ class Layout(BaseModel):
     fabric_gbps: float | None = None
     required_gb_per_gpu: float
     gpu_memory_gb: float
-    scaling_efficiency: float = 1.0  # achieved / ideal linear speed-up over the GPUs used (prior)
-    scaling_low: float = 1.0  # pessimistic end of the prior
-    scaling_high: float = 1.0  # optimistic end of the prior
-    penalty: str | None = None  # the stated scaling penalty, when there is one
-    notes: list[str] = []
+    notes: list[str] = []  # everything the layout assumes (memory model included)
+    plan_notes: list[str] = []  # what a plan on it must tell the user: variants, unstated node facts
 
     @property
     def total_gpus(self) -> int:

@@ -211,6 +211,7 @@ class QuoteRequest:
     measured_peak_gb: float | None = None
     measured_tokens_per_second: float | None = None
     measured_on: Reference | None = None  # where the measurements were taken (default: the reference)
+    measured: MeasuredPeak | None = None  # set by build_quote from measured_peak_gb
     pins: Pins = Pins()
     gpu_filter: GpuFilter = GpuFilter()
     tokens_basis: str = "--tokens"
@@ -245,24 +246,16 @@ def _prepare(req: QuoteRequest) -> _Prepared:
     setup = req.setup
     train_mem = estimate(req.model, setup)
     validate_setup = setup.model_copy(update={"micro_batch": 1})
-    scale = 1.0
     notes: list[str] = []
-    if req.measured_peak_gb is not None:
-        # Seeds (000, step 2): size the real run from the peak measured during validation. The
-        # validation run is one GPU at micro-batch 1; its estimate is rescaled to the measurement.
-        val_setup = validate_setup.model_copy(update={"gpus": 1, "zero": 0, "fsdp": False,
-                                                      "tensor_parallel": 1, "offload": "none"})
-        val_est = estimate(req.model, val_setup)
-        scale = activation_scale_for_peak(req.model, val_setup, req.measured_peak_gb)
-        notes.append(f"memory sized from the measured validation peak {req.measured_peak_gb:g} GB "
-                     f"(estimate was {val_est.device_gb_per_gpu:g} GB; activations scaled x{scale:.2f}, "
-                     f"model states exact)")
+    if req.measured is not None:
+        notes.append(req.measured.note)
     files = _gb(train_mem.model_files_gb)
     ckpt = _gb(train_mem.checkpoint_gb)
     keep = Decimal(req.keep_checkpoints)
     final = files if setup.mode == "full" else _gb(train_mem.trainable_params_b * 4)  # PEFT adapters in fp32
     return _Prepared(
-        train_memory=train_mem, validate_setup=validate_setup, activation_scale=scale,
+        train_memory=train_mem, validate_setup=validate_setup,
+        activation_scale=req.measured.scale if req.measured is not None else 1.0,
         disk_gb=files + req.data_gb + keep * ckpt,
         validate_disk_gb=files + req.data_gb + ckpt,
         import_gb=files + req.data_gb,
@@ -270,6 +263,31 @@ def _prepare(req: QuoteRequest) -> _Prepared:
         destroy_gb=req.data_gb + ckpt,
         notes=notes,
     )
+
+
+@dataclass(frozen=True)
+class MeasuredPeak:
+    """The activation scale a measured validation peak implies, and where it was measured."""
+
+    scale: float
+    note: str
+
+
+def measured_peak(req: QuoteRequest, layout: Layout, gpu: GpuSpec, where: str) -> MeasuredPeak:
+    """Seeds (000, step 2): size the real run from the peak measured in validation.
+
+    The peak is compared with the estimate for the exact layout it was measured on; only the
+    activations and transients are rescaled (model states are known exactly).
+    """
+    from rentopt.optimizer.feasibility import layout_setup
+
+    assert req.measured_peak_gb is not None
+    setup = layout_setup(req.setup, layout)
+    before = estimate(req.model, setup).device_gb_per_gpu
+    scale = activation_scale_for_peak(req.model, setup, req.measured_peak_gb, gpu=gpu)
+    return MeasuredPeak(scale, f"memory sized from the measured validation peak {req.measured_peak_gb:g} GB on {where} "
+                               f"({layout.strategy}, micro-batch {layout.micro_batch}; the estimate there was "
+                               f"{before:g} GB): activations scaled x{scale:.2f}, model states exact")
 
 
 def _hours(x: float | Decimal) -> Decimal:
@@ -627,8 +645,9 @@ class _Planner:
                 notes = list(speed.notes)
                 if spot:
                     notes.append(_spot_factor(o.provider, req.checkpoint_every_hours)[1])
-                if fit.layout.penalty:
-                    notes.append(fit.layout.penalty)
+                notes += fit.layout.plan_notes
+                if o.extra.get("gpu_note"):
+                    notes.append(str(o.extra["gpu_note"]))
                 if (nodes > 1 or o.gpus > 1) and speed.scaling < LOW_SCALING:
                     notes.append(f"scaling efficiency {speed.scaling:.0%} over {nodes * o.gpus} GPUs is under 70 %: "
                                  "the interconnect is the bottleneck (a cheaper layout may do the same work)")
@@ -750,6 +769,8 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     from rentopt.optimizer.solver import solve
 
     all_offers = offers.all_offers()
+    if req.measured_peak_gb is not None and req.measured is None:
+        req = replace(req, measured=_peak_scale(req, all_offers, fx))
     planned = plan_instance(req, all_offers, fx)
     inst = planned.instance
     if not inst.train:
@@ -774,6 +795,28 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
         rejected=rejections(planned) if list_rejected else [], rejected_count=len(planned.rejected),
         memory=prep.train_memory, assumptions=assumptions,
     )
+
+
+def _peak_scale(req: QuoteRequest, offers: Sequence[Offer], fx: FxTable) -> MeasuredPeak:
+    """The activation scale of a measured peak: on `--measured-on SPEC` when given, else on the
+    validation layout the quote prescribes without the measurement (its #1 plan's validation
+    stage, or its training stage when the quote has no validation)."""
+    from rentopt.optimizer.solver import solve
+
+    validate_setup = req.setup.model_copy(update={"micro_batch": 1})
+    if req.measured_on is not None:
+        ref = req.measured_on
+        fit = find_layout(req.model, validate_setup, _reference_shape(ref), pins=req.pins)
+        if isinstance(fit, NoFit):
+            raise InputError(f"--measured-on {ref.text}: the validation job does not fit there ({fit.reason})")
+        return measured_peak(req, fit.layout, get_gpu(ref.gpu), ref.text)
+    plain = plan_instance(replace(req, measured_peak_gb=None, top=1), offers, fx)
+    if not plain.instance.train:
+        raise _no_candidates(plain, req, len(offers))
+    [bill] = solve(plain.instance, top_k=1).plans
+    c = plain.candidates[bill.choice.validate or bill.choice.train]
+    where = f"{c.use.nodes * c.offer.gpus} x {c.gpu.id} ({c.offer.provider}/{c.offer.offer_id}, the quote's validation)"
+    return measured_peak(req, c.layout, c.gpu, where)
 
 
 def _money_lines(stage_bill) -> list[BillingLine]:  # type: ignore[no-untyped-def]

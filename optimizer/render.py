@@ -258,8 +258,12 @@ def plan_headline(plan: Plan) -> str:
     return "   ".join(parts)
 
 
+def _unknown_kinds(plan: Plan) -> set[str]:
+    return {line.what for st in plan.stages for line in st.billing if line.cost is None}
+
+
 def _line_items(plan: Plan) -> str:
-    unknown_kinds = {u.split(" ")[0] for u in plan.unknown_charges}
+    unknown_kinds = _unknown_kinds(plan)
     out = []
     for k in ("compute", "storage_running", "storage_stopped", "egress", "ingress"):
         amount = getattr(plan.line_items, k)
@@ -329,7 +333,7 @@ def quote_markdown(quote: Quote, now: datetime | None = None, job: str = "") -> 
         for row in _plan_rows(plan):
             out.append("| " + " | ".join(_md(c) for c in row) + " |")
         li = plan.line_items
-        unknown_kinds = {u.split(" ")[0] for u in plan.unknown_charges}
+        unknown_kinds = _unknown_kinds(plan)
         out += ["", "| line item | amount |", "|---|---:|"]
         for k in ("compute", "storage_running", "storage_stopped", "egress", "ingress"):
             cell = _cost(getattr(li, k), [k] if k in unknown_kinds else [], plan.currency)

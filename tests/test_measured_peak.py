@@ -92,9 +92,15 @@ def test_a_peak_larger_than_the_card_is_refused():
 
 
 def test_the_quote_refuses_a_17gb_peak_for_a_7b_full_fine_tune(tmp_path):
+    # One RTX 4090 cannot hold a 7B full fine-tune's exact states, measured peak or not: no plan.
     sheet = tmp_path / "offers.csv"
     sheet.write_text("provider,offer_id,gpu,gpus,price_hour,currency\nme,4090,RTX 4090,1,0.30,USD\n", encoding="utf-8")
     result = CliRunner().invoke(cli, ["quote", "--model", "7b", "--mode", "full", "--days", "1", "--offers-file",
                                       str(sheet), "--measured-peak-gb", "17"])
+    assert result.exit_code == 3, result.output
+    assert result.output.startswith("rentopt: error: No feasible plan") and "RTX-4090-24GB has 25.8 GB" in result.output
+    # measured on one GPU without offload, 17 GB is below the 108 GB of exact states: refused
+    result = CliRunner().invoke(cli, ["quote", "--model", "7b", "--mode", "full", "--days", "1", "--offers-file",
+                                      str(sheet), "--measured-peak-gb", "17", "--measured-on", "B200-SXM-180GB"])
     assert result.exit_code == 2, result.output
     assert "rentopt: error: measured peak 17 GB is below" in result.output

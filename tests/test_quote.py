@@ -120,7 +120,7 @@ def test_the_seed_node_bills_one_month_for_validation_and_training(tmp_path):
     assert [(b["unit"], Decimal(b["count"])) for b in plan_stage(plan, "validate")["billing"]
             if b["what"] == "compute"] == [("discounted", 1)]
     # JYGPU publishes no disk price: unknown, never 0.00
-    assert plan["unknown_charges"] and "storage" in plan["unknown_charges"][0]
+    assert plan["unknown_charges"] and plan["unknown_charges"][0].startswith("storage running: ")
     assert any("renting by the day would be cheaper at under 720.00 CNY per day" in n for n in plan["notes"])
 
 
@@ -289,7 +289,7 @@ def test_an_unknown_price_is_shown_as_unknown_never_as_zero(tmp_path):
     offers = write_offers(tmp_path, [offer("a6000", hourly="0.49", gpus=1, storage=None, **A6000)])
     code, out, _ = quote("--model", "13b", "--mode", "lora", "--tokens", "3e8", "--offers-file", str(offers))
     assert code == 0
-    assert "storage running unknown" in out and "unknown (not in the total): storage_running" in out
+    assert "storage running unknown" in out and "unknown (not in the total): storage running: " in out
     data = quote_json("--model", "13b", "--mode", "lora", "--tokens", "3e8", "--offers-file", str(offers))
     lines = [b for s in data["plans"][0]["stages"] for b in s["billing"] if b["what"] == "storage_running"]
     assert lines and all(b["cost"] is None and b["unit_price"] is None for b in lines)
@@ -322,7 +322,10 @@ def test_measured_peak_replans_on_bigger_cards(tmp_path):
         offer("a6000", hourly="0.49", gpus=1, **A6000),
         offer("a100", gpu="A100-PCIe-80GB", memory=80, hourly="1.20", gpus=1),
     ])
-    args = ("--model", "13b", "--mode", "lora", "--rent-days", "10", "--offers-file", str(offers))
+    # Checkpointing pinned on: the validation the peak is measured on (the quote's #1 validation,
+    # 1 x A6000, micro-batch 1) and the training run both recompute activations.
+    args = ("--model", "13b", "--mode", "lora", "--rent-days", "10", "--offers-file", str(offers),
+            "--grad-checkpointing")
     base = {plan_stage(p, "train")["offer_id"]: p for p in quote_json(*args)["plans"]}
     assert plan_stage(base["a6000"], "train")["layout"] == "single"
     # Worked by hand: Llama-2-13B LoRA r16 on all linear layers has 26.03 GB of bf16 base and
@@ -342,7 +345,31 @@ def test_measured_peak_replans_on_bigger_cards(tmp_path):
     assert Decimal(by_offer["a6000"]["tokens"]) < Decimal(base["a6000"]["tokens"])
     assert plan_stage(by_offer["a100"], "train")["layout"] == "single"
     assert Decimal(by_offer["a100"]["tokens"]) <= Decimal(base["a100"]["tokens"])
-    assert any("measured validation peak 49" in a for a in measured["assumptions"])
+    assert any("measured validation peak 49 GB on 1 x RTX-A6000-48GB" in a for a in measured["assumptions"])
+    # Measured elsewhere: --measured-on names the layout, and the same peak on an 80 GB card's
+    # validation means the same activation scale there.
+    elsewhere = quote_json(*args, "--measured-peak-gb", "49", "--measured-on", "A100-PCIe-80GB")
+    assert any("on 1 x A100-PCIe-80GB" in a for a in elsewhere["assumptions"])
+
+
+def test_a_small_measured_peak_never_puts_a_7b_full_fine_tune_on_one_24gb_card(tmp_path):
+    # A 7B full fine-tune holds 2 B/param of bf16 weights = 13.5 GB plus (unless offloaded) 2 B of
+    # gradients and 12 B of fp32 master weights and Adam moments: 108 GB on one GPU. Model states
+    # are exact, so no measured peak can shrink them onto a 24 GB card.
+    offers = write_offers(tmp_path, [offer("4090", hourly="0.40", gpus=1, **RTX4090),
+                                     offer("8xa100", gpu="A100-SXM4-80GB", memory=80, hourly="12", gpus=8,
+                                           interconnect="nvlink")])
+    base = ("--model", "7b", "--mode", "full", "--rent-days", "1", "--offers-file", str(offers))
+    for extra in ((), ("--measured-on", "H100-SXM-80GB")):
+        code, out, err = quote(*base, "--measured-peak-gb", "17", "--format", "json", *extra)
+        if code == 0:
+            plans = json.loads(out)["plans"]
+            assert all(plan_stage(p, "train")["offer_id"] != "4090" for p in plans), extra
+        else:
+            assert code in (2, 3) and "Traceback" not in err
+    # measured on one GPU without offload, 17 GB is below the 108 GB of exact states: refused
+    code, _, err = quote(*base, "--measured-peak-gb", "17", "--measured-on", "B200-SXM-180GB")
+    assert code == 2 and "17" in err
 
 
 def test_host_max_duration_rejects_short_leases(tmp_path):

@@ -283,7 +283,7 @@ def _check_prices(inst, by_key: dict) -> None:  # noqa: ANN001
         stages = price_alone(c.use)
         want = alone(by_key[c.use.terms.key], c.use)
         assert abs(Fraction(sum(s.cost for s in stages)) - want.total) <= TOLERANCE, c.id
-        assert sorted(u.split(" ")[0] for s in stages for u in s.unknown) == sorted(want.unknown), c.id
+        assert sorted(k for s in stages for k in s.unknown_kinds) == sorted(want.unknown), c.id
     for v in inst.validate:
         for t in inst.train:
             if v.use.key != t.use.key:

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import InputError, StoreError
-from rentopt.optimizer.models import Offer, Origin, PlanRow, plan_row
+from rentopt.optimizer.models import Offer, Origin, PlanRow, PriceOrigin, PriceSource, plan_row
 from rentopt.optimizer.offers_io import age_words, hour_price, read_offers_file
 from rentopt.optimizer.store import HistorySnapshot, OfferQuery, open_readonly, store_path
 
@@ -43,7 +43,7 @@ SNAPSHOT_RESOURCE = "data/snapshot.json.gz"
 SNAPSHOT_FORMAT = 2
 SortKey = Literal["price", "gpu", "provider", "memory"]
 # Where one provider's offers in an OfferSet come from.
-ProviderOrigin = Literal["store", "bundled", "sheet", "offers-file"]
+ProviderOrigin = PriceOrigin
 
 
 class SnapshotHistory(BaseModel):
@@ -143,6 +143,12 @@ class OfferSet:
     def sources(self, now: datetime | None = None) -> list[str]:
         """Per provider, where its prices come from (one line each, sorted by provider)."""
         return [self.provenance[p].describe(now) for p in sorted(self.provenance)]
+
+    def price_sources(self, now: datetime | None = None) -> list[PriceSource]:
+        """The same per provider, as data (the quote's JSON `sources`)."""
+        return [PriceSource(provider=p.provider, source=p.source, fetched_at=p.fetched_at, origin=p.origin,
+                            stale=p.stale, line=p.describe(now))
+                for p in (self.provenance[name] for name in sorted(self.provenance))]
 
     def all_offers(self) -> list[Offer]:
         """Every offer of the set as a full Offer (a lazy set reads them from the store now)."""

@@ -391,17 +391,9 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
         click.echo(quote_json(quote))
     elif fmt == "markdown":
         click.echo(quote_markdown(quote, job=_job_line(model, setup)))
-        click.echo("\n## Where the prices come from\n")
-        click.echo("\n".join(f"- {line}" for line in offers.sources() + [f"note: {n}" for n in offers.notes]))
     else:
         click.echo(_job_line(model, setup))
         click.echo(quote_table(quote, explain=explain))
-        click.echo("")
-        click.echo("where the prices come from (per provider):")
-        for line in offers.sources():
-            click.echo(f"  {line}")
-        for note in offers.notes:
-            click.echo(f"note: {note}")
 
 
 def _job_line(model: Any, setup: Any) -> str:

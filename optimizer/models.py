@@ -390,6 +390,7 @@ class PriceOption(BaseModel):
 Interconnect = Literal["nvlink", "pcie", "unknown"]
 Fabric = Literal["infiniband", "roce", "ethernet"]
 Origin = Literal["store", "bundled", "offers-file"]
+PriceOrigin = Literal["store", "bundled", "sheet", "offers-file"]  # one provider's: a user's sheet too
 # What a STOPPED instance keeps paying for (the platform's stop rule, owned by billing.py):
 # "storage" - compute stops, the disk keeps billing (Vast, RunPod, AutoDL: the seeds' "Stop
 # keeps charging for disk, only Destroy stops all billing"); "everything" - a rented node keeps
@@ -638,11 +639,14 @@ class LineItems(BaseModel):
 
 
 class PriceSource(BaseModel):
+    """Where one provider's prices in a quote come from."""
+
     provider: str
     source: str
-    fetched_at: datetime
-    origin: Origin
+    fetched_at: datetime | None
+    origin: PriceOrigin
     stale: bool = False
+    line: str = ""  # the same in one sentence: "gcp: SkyPilot catalog of 2026-05-20; from the bundled snapshot, 195 days old"
 
 
 class FxRate(BaseModel):
@@ -701,3 +705,5 @@ class Quote(BaseModel):
     rejected_count: int = 0  # len(rejected) when listed; the count alone otherwise
     memory: MemoryEstimate | None = None
     assumptions: list[str] = []
+    sources: list[PriceSource] = []  # every provider the quote read, with where its prices come from
+    source_notes: list[str] = []  # stale providers, sheets that could not be read, ...

@@ -794,6 +794,7 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
         fx=fx.rates_used(dated, to_ccy=req.currency), plans=plans,
         rejected=rejections(planned) if list_rejected else [], rejected_count=len(planned.rejected),
         memory=prep.train_memory, assumptions=assumptions,
+        sources=offers.price_sources(), source_notes=list(offers.notes),
     )
 
 
@@ -876,7 +877,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
     for o in {o.key: o for o in chosen}.values():
         prov = offers.provenance.get(o.provider)
         prices.append(PriceSource(provider=o.provider, source=o.source, fetched_at=o.fetched_at,
-                                  origin=offers.origin, stale=bool(prov and prov.stale)))
+                                  origin=prov.origin if prov else offers.origin, stale=bool(prov and prov.stale)))
     total_low, total_high = _range_totals(bill, planned, t)
     tokens = Decimal(str(t.tokens)) if t.tokens is not None else None
     speed = t.speed

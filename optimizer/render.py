@@ -296,6 +296,11 @@ def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = N
                        + (" - STALE" if p.stale else ""))
         for n in plan.notes:
             out.append(f"note: {n}")
+    if quote.sources:
+        out.append("")
+        out.append("where the prices come from (per provider):")
+        out += [f"  {src.line}" for src in quote.sources]
+    out += [f"note: {n}" for n in quote.source_notes]
     if explain and quote.rejected:
         out.append("")
         out.append(f"rejected offers ({len(quote.rejected)}):")
@@ -345,6 +350,10 @@ def quote_markdown(quote: Quote, now: datetime | None = None, job: str = "") -> 
         if extra:
             out.append("")
             out += [f"- {_md(n)}" for n in extra]
+    if quote.sources or quote.source_notes:
+        out += ["", "## Where the prices come from", ""]
+        out += [f"- {_md(src.line)}" for src in quote.sources]
+        out += [f"- note: {_md(n)}" for n in quote.source_notes]
     if quote.rejected_count:
         out += ["", f"{quote.rejected_count} offers rejected (see `--explain`)."]
     return "\n".join(out) + "\n"

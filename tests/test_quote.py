@@ -523,3 +523,22 @@ def test_model_resolution_note_is_shown(tmp_path):
     code, out, _ = quote("--model", "13b", "--mode", "lora", "--tokens", "1e8", "--offers-file", str(offers))
     assert code == 0 and "llama-2-13b" in out
     assert resolve_model("13b").name == "llama-2-13b"
+
+
+def test_each_provider_says_where_its_prices_come_from(tmp_path):
+    """One provider refreshed into the store, the others from the bundled snapshot: every plan and
+    the quote's sources name the origin of that provider's prices."""
+    from rentopt.optimizer.store import open_writable, store_path
+
+    mine = offer("box", hourly="0.05", gpus=1, provider="mycloud", **H100)  # cheap enough to rank first
+    with open_writable(store_path()) as s:
+        s.write_snapshot("mycloud", [mine], fetched_at=FETCHED)
+    data = quote_json("--model", "7b", "--mode", "lora", "--tokens", "3e8", "--top", "3")
+    origins = {src["provider"]: src["origin"] for src in data["sources"]}
+    assert origins["mycloud"] == "store" and origins["gcp"] == "bundled"
+    assert all(src["line"].startswith(src["provider"] + ": ") for src in data["sources"])
+    by_provider = {p["prices"][0]["provider"]: p["prices"][0]["origin"] for p in data["plans"]}
+    assert by_provider["mycloud"] == "store"
+    assert any(origin == "bundled" for provider, origin in by_provider.items() if provider != "mycloud")
+    code, out, _ = quote("--model", "7b", "--mode", "lora", "--tokens", "3e8", "--top", "3")
+    assert "where the prices come from (per provider):" in out and "  mycloud: " in out

@@ -46,6 +46,8 @@ from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import Literal, NamedTuple
 
+import numpy as np
+
 from rentopt.optimizer.currency import FxTable, round_money
 from rentopt.optimizer.models import UNIT_HOURS, Offer, PriceUnit
 
@@ -55,7 +57,7 @@ __all__ = [
     "rental_pricing", "offer_terms", "seconds_to_cover", "billed_metered_seconds", "cover_in_units",
     "cheapest_cover", "cover_alternatives", "explain_cover", "cover_notes", "transfer_hours", "storage_line", "transfer_line",
     "price_alone", "price_lease", "lease_refusal", "idle_choice", "price_plan", "use_bounds", "lease_bounds",
-    "RoughPrices", "RoughUse", "rough_prices", "rough_use_bounds", "rough_lease_bounds", "rough_lease_refused",
+    "PriceColumns", "alone_bounds_arrays", "lease_bounds_arrays",
 ]
 
 SECONDS_PER_HOUR = 3600
@@ -1103,177 +1105,137 @@ def lease_bounds(v: Use, t: Use, idle_hours: Decimal) -> Bounds | None:
 
 
 # --------------------------------------------------------------------------------------------
-# Rough bounds, in floats, before an offer's exact terms exist
+# Rough bounds as arrays: the same rules over many candidates at once (the planner's first pass)
 #
-# The first pass over a large catalog bounds every stage option from the offer's raw prices in
-# floats (one multiplication per price), so that exact Terms and Decimal bills are built only for
-# the few options that can still be among the best plans. Every bound is widened by the rounding
-# of bill lines and float error, so a rough bound never excludes what the exact bill includes.
+# The first pass over a large catalog bounds every stage option from the offers' raw prices in
+# floats, as array arithmetic over an OfferTable, so that exact Terms and Decimal bills are built
+# only for the few options that can still be among the best plans. Every bound is widened by the
+# rounding of bill lines and float error, so a rough bound never excludes what the exact bill
+# includes (tests/test_billing.py checks it against the exact pricer).
 
 
-@dataclass(frozen=True, slots=True)
-class RoughPrices:
-    """One offer's prices of one kind (on-demand or interruptible), per node, in the quote currency."""
+class PriceColumns:
+    """One kind of price (on-demand or interruptible) of an OfferTable's rows, in the quote currency.
 
-    provider: str
-    offer_id: str
-    spot: bool
-    hourly: float | None
-    granularity_s: int
-    minimum_s: int
-    blocks: tuple[tuple[float, float], ...]  # (hours, price)
-    storage: float | None
-    stopped_storage: float | None
-    egress: float | None
-    ingress: float | None
-    month_hours: int
-    free_disk_gb: float
-    stopped_bills: str
-    stopped_max_hours: float | None
-    max_hours: float | None
-    slack: float  # what rounding lines to the minor unit can move a total by
+    `factor[row]` converts the row's currency into the quote currency at the rate of its price's
+    day. Used with row-index arrays: every method returns one value per candidate.
+    """
 
-    @property
-    def key(self) -> tuple[str, str, bool]:
-        return (self.provider, self.offer_id, self.spot)
+    def __init__(self, table, kind: int, factor: np.ndarray, currency: str):  # type: ignore[no-untyped-def]
+        self.t, self.kind, self.factor = table, kind, factor
+        self.hourly = table.hourly[kind] * factor
+        self.day = table.day[kind] * factor
+        self.week = table.week[kind] * factor
+        self.month = table.month[kind] * factor
+        self.terms = {row: tuple((h, p * factor[row]) for h, p in blocks)
+                      for (k, row), blocks in table.terms.items() if k == kind}
+        self.slack = float(_slack(currency))
+        self.metered_only = np.isnan(self.day) & np.isnan(self.week) & np.isnan(self.month)
+        for row in self.terms:
+            self.metered_only[row] = False
+        with np.errstate(invalid="ignore"):
+            floor = np.fmin(np.fmin(self.hourly, self.day / 24), np.fmin(self.week / 168, self.month / table.month_hours))
+        for row, blocks in self.terms.items():
+            floor[row] = np.fmin(floor[row], min(p / h for h, p in blocks))
+        self.floor_per_hour = floor
 
-    @property
-    def floor_rate(self) -> float:
-        """The lowest cost of one hour of running time (blocks and metered)."""
-        rates = [price / hours for hours, price in self.blocks]
-        if self.hourly is not None:
-            rates.append(self.hourly)
-        return min(rates)
+    def single(self, rows: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """The cheapest single price option alone for `seconds` of running time (per node)."""
+        t = self.t
+        s = seconds.astype(np.float64)
+        g, mn = t.granularity_s[rows], t.minimum_s[rows]
+        billed = np.where(seconds > 0, np.maximum(mn, np.ceil(s / g) * g), 0.0)
+        cost = self.hourly[rows] * billed / SECONDS_PER_HOUR
+        for price, length in ((self.day[rows], 86400.0), (self.week[rows], 604800.0),
+                              (self.month[rows], t.month_hours[rows] * 3600.0)):
+            cost = np.fmin(cost, np.ceil(s / length) * price)
+        if self.terms:
+            for i in np.flatnonzero(np.isin(rows, list(self.terms))):
+                for hours, price in self.terms[int(rows[i])]:
+                    cost[i] = np.fmin(cost[i], np.ceil(s[i] / (hours * 3600)) * price)
+        return np.where(seconds > 0, cost, 0.0)
 
-    def single(self, seconds: int) -> float:
-        """What the cheapest single price option alone charges for `seconds` of running time."""
-        if seconds <= 0:
-            return 0.0
-        found = [-(-seconds // int(hours * SECONDS_PER_HOUR)) * price for hours, price in self.blocks]
-        if self.hourly is not None:
-            found.append(self.hourly * billed_metered_seconds(self.granularity_s, self.minimum_s, seconds)
-                         / SECONDS_PER_HOUR)
-        return min(found)
+    def compute_bounds(self, rows: np.ndarray, seconds: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hi = self.single(rows, seconds) * nodes
+        lo = np.where(self.metered_only[rows], hi, self.floor_per_hour[rows] * seconds / SECONDS_PER_HOUR * nodes)
+        return lo, hi
 
-    @property
-    def metered_only(self) -> bool:
-        return not self.blocks
+    def disk(self, rows: np.ndarray, gb: float, nodes: np.ndarray | int, hours: np.ndarray,
+             rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(known cost, unknown?) of `gb` per node kept for `hours` at `rate` (already converted)."""
+        billable = np.maximum(0.0, gb - self.t.free_disk_gb[rows]) * nodes
+        owed = (billable > 0) & (hours > 0)
+        cost = np.where(owed & ~np.isnan(rate), np.nan_to_num(rate) * billable * hours / self.t.month_hours[rows], 0.0)
+        return cost, owed & np.isnan(rate)
 
+    @staticmethod
+    def move(gb: np.ndarray | float, rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        owed = np.asarray(gb) > 0
+        return np.where(owed & ~np.isnan(rate), np.nan_to_num(rate) * gb, 0.0), owed & np.isnan(rate)
 
-def rough_prices(offer: Offer, fx: FxTable, currency: str, spot: bool) -> RoughPrices | None:
-    """`offer`'s prices of one kind in floats (None when it has no option of that kind)."""
-    options = offer.options(spot)
-    if not options:
-        return None
-    rate = float(fx.convert(Decimal(1), offer.currency, currency, on=offer.fetched_at))
-    hourly: float | None = None
-    blocks = []
-    for opt in options:
-        price = float(opt.amount) * rate
-        if opt.unit == PriceUnit.HOUR:
-            hourly = price if hourly is None else min(hourly, price)
-        else:
-            hours = offer.month_hours if opt.unit == PriceUnit.MONTH else (
-                opt.term_hours if opt.unit == PriceUnit.TERM else UNIT_HOURS[opt.unit])
-            blocks.append((float(hours), price))  # type: ignore[arg-type]
-
-    def conv(x: Decimal | None) -> float | None:
-        return None if x is None else float(x) * rate
-
-    return RoughPrices(
-        offer.provider, offer.offer_id, spot, hourly, offer.billing_granularity_s, offer.billing_minimum_s,
-        tuple(blocks), conv(offer.storage_gb_month), conv(offer.stopped_storage_price), conv(offer.egress_gb),
-        conv(offer.ingress_gb), offer.month_hours, offer.free_disk_gb, offer.stopped_bills,
-        None if offer.stopped_max_days is None else offer.stopped_max_days * 24, offer.max_duration_hours,
-        float(_slack(currency)),
-    )
+    def widen(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pad = self.slack + 1e-9 * np.maximum(1.0, np.abs(hi))
+        return lo - pad, hi + pad
 
 
-@dataclass(frozen=True, slots=True)
-class RoughUse:
-    """A stage option in floats (see Use): what the first pass bounds."""
-
-    id: str
-    kind: Literal["validate", "train"]
-    prices: RoughPrices
-    nodes: int
-    hours: Decimal  # as the exact Use will have them (the deadline compares them exactly)
-    disk_gb: float
-    import_gb: float
-    out_gb: float
-    out_hours: Decimal = Decimal(0)
-
-    @property
-    def key(self) -> tuple[str, str, bool]:
-        return self.prices.key
+def alone_bounds_arrays(p: PriceColumns, rows: np.ndarray, kind: str, nodes: np.ndarray, hours: np.ndarray,
+                        disk_gb: float, import_gb: float, out_gb: float,
+                        out_hours: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`use_bounds` over many candidates: (lo, hi, unknown) of each stage on its own instance."""
+    t = p.t
+    running = hours + (out_hours if kind == "validate" and out_hours is not None else 0.0)
+    seconds = np.ceil(running * SECONDS_PER_HOUR).astype(np.int64)
+    lo, hi = p.compute_bounds(rows, seconds, nodes)
+    rate = lambda col: col[rows] * p.factor[rows]  # noqa: E731
+    disk, u1 = p.disk(rows, disk_gb, nodes, running, rate(t.storage))
+    imp, u2 = p.move(import_gb * nodes, rate(t.ingress))
+    out, u3 = p.move(np.full(len(rows), out_gb), rate(t.egress))
+    fixed = disk + imp + out
+    lo, hi = p.widen(lo + fixed, hi + fixed)
+    return lo, hi, u1 | u2 | u3
 
 
-def _rough_disk(p: RoughPrices, gb: float, nodes: int, hours: float, rate: float | None) -> tuple[float, bool]:
-    billable = max(0.0, gb - p.free_disk_gb) * nodes
-    if hours <= 0 or billable <= 0:
-        return 0.0, False
-    if rate is None:
-        return 0.0, True
-    return rate * billable * hours / p.month_hours, False
+def lease_bounds_arrays(p: PriceColumns, rows: np.ndarray, v_hours: np.ndarray, t_hours: np.ndarray,
+                        nodes: np.ndarray, idle_hours: float, v_disk: float, t_disk: float, import_gb: float,
+                        out_gb: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`lease_bounds` over many (validation, training) pairs on their rows' instances.
 
-
-def _rough_move(gb: float, rate: float | None) -> tuple[float, bool]:
-    if gb <= 0:
-        return 0.0, False
-    return (0.0, True) if rate is None else (rate * gb, False)
-
-
-def _widen(lo: float, hi: float, unknown: bool, p: RoughPrices) -> Bounds:
-    pad = p.slack + 1e-9 * max(1.0, abs(hi))
-    return Bounds(Decimal(lo - pad), Decimal(hi + pad), unknown)  # exact conversions: the solver compares Decimals
-
-
-def rough_use_bounds(u: RoughUse) -> Bounds:
-    """Bounds on `price_alone` of the exact Use `u` stands for (floats; see the section above)."""
-    p = u.prices
-    running = float(u.hours + (u.out_hours if u.kind == "validate" else 0))
-    seconds = math.ceil(running * SECONDS_PER_HOUR)
-    hi = p.single(seconds) * u.nodes
-    lo = hi if p.metered_only else p.floor_rate * seconds / SECONDS_PER_HOUR * u.nodes
-    parts = [_rough_disk(p, u.disk_gb, u.nodes, running, p.storage), _rough_move(u.import_gb * u.nodes, p.ingress),
-             _rough_move(u.out_gb, p.egress)]
-    fixed = sum(x for x, _ in parts)
-    return _widen(lo + fixed, hi + fixed, any(k for _, k in parts), p)
-
-
-def rough_lease_refused(v: RoughUse, t: RoughUse, idle_hours: float) -> bool:  # noqa: D401
-    """Whether `lease_refusal` surely refuses (permissive at the float boundary)."""
-    if v.key != t.key:
-        return True
-    p = v.prices
-    if idle_hours > 0 and p.stopped_max_hours is not None and idle_hours > p.stopped_max_hours + 1e-6:
-        return True
-    return p.max_hours is not None and float(v.hours + t.hours) + idle_hours > p.max_hours + 1e-6
-
-
-def rough_lease_bounds(v: RoughUse, t: RoughUse, idle_hours: float) -> Bounds | None:
-    """Bounds on `price_lease` (floats); None when the lease is surely refused."""
-    if rough_lease_refused(v, t, idle_hours):
-        return None
-    p = v.prices
-    sv, st, sg = (math.ceil(float(h) * SECONDS_PER_HOUR) for h in (v.hours, t.hours, idle_hours))
-    vh, th = float(v.hours), float(t.hours)
-    full_gap = p.stopped_bills == "everything"
-    if sg == 0 or full_gap:
-        hi = p.single(sv + sg + st)
-        lo = hi if p.metered_only else p.floor_rate * (sv + sg + st) / SECONDS_PER_HOUR
-    else:
-        hi = p.single(sv) + p.single(st)
-        lo = hi if p.metered_only else p.floor_rate * (sv + st) / SECONDS_PER_HOUR
-    others = t.nodes - 1
-    lo, hi = lo + p.floor_rate * st / SECONDS_PER_HOUR * others, hi + p.single(st) * others
-    if others and p.metered_only:
-        lo = hi
-    gap_rate = p.storage if full_gap else (None if p.stopped_bills == "nothing" else p.stopped_storage)
-    parts = [_rough_disk(p, v.disk_gb, 1, vh, p.storage), _rough_move(v.import_gb, p.ingress),
-             _rough_disk(p, t.disk_gb, t.nodes, th, p.storage), _rough_move(t.import_gb * others, p.ingress),
-             _rough_move(t.out_gb, p.egress)]
-    if sg and p.stopped_bills != "nothing":
-        parts.append(_rough_disk(p, v.disk_gb, 1, idle_hours, gap_rate))
-    fixed = sum(x for x, _ in parts)
-    return _widen(lo + fixed, hi + fixed, any(k for _, k in parts), p)
+    Returns (allowed, lo, hi, unknown); `allowed` is False only where the lease is surely refused
+    (permissive at the float boundary: the exact pass decides the rest).
+    """
+    t = p.t
+    stopped_max, max_hours = t.stopped_max_hours[rows], t.max_hours[rows]
+    allowed = np.ones(len(rows), dtype=bool)
+    if idle_hours > 0:
+        allowed &= ~(stopped_max + 1e-6 < idle_hours)  # NaN (no retention limit) compares False
+    allowed &= ~(max_hours + 1e-6 < v_hours + t_hours + idle_hours)
+    sv = np.ceil(v_hours * SECONDS_PER_HOUR).astype(np.int64)
+    st = np.ceil(t_hours * SECONDS_PER_HOUR).astype(np.int64)
+    sg = int(math.ceil(idle_hours * SECONDS_PER_HOUR))
+    full_gap = np.array([t.stopped_bills[r] == "everything" for r in rows], dtype=bool)
+    one_session = full_gap | (sg == 0)
+    ones = np.ones(len(rows), dtype=np.int64)
+    whole = sv + st + np.where(full_gap, sg, 0)
+    lo_a, hi_a = p.compute_bounds(rows, whole, ones)
+    hi_b = p.single(rows, sv) + p.single(rows, st)
+    lo_b = np.where(p.metered_only[rows], hi_b, p.floor_per_hour[rows] * (sv + st) / SECONDS_PER_HOUR)
+    lo, hi = np.where(one_session, lo_a, lo_b), np.where(one_session, hi_a, hi_b)
+    others = nodes - 1
+    o_lo, o_hi = p.compute_bounds(rows, st, others)
+    lo, hi = lo + o_lo, hi + o_hi
+    rate = lambda col: col[rows] * p.factor[rows]  # noqa: E731
+    storage = rate(t.storage)
+    parts = [p.disk(rows, v_disk, ones, v_hours, storage), p.move(import_gb, rate(t.ingress)),
+             p.disk(rows, t_disk, nodes, t_hours, storage), p.move(import_gb * others, rate(t.ingress)),
+             p.move(np.full(len(rows), out_gb), rate(t.egress))]
+    if sg:
+        nothing = np.array([t.stopped_bills[r] == "nothing" for r in rows], dtype=bool)
+        gap_rate = np.where(full_gap, storage, rate(t.stopped_storage))
+        cost, unknown = p.disk(rows, v_disk, ones, np.full(len(rows), idle_hours), gap_rate)
+        parts.append((np.where(nothing, 0.0, cost), unknown & ~nothing))
+    fixed = sum(c for c, _ in parts)
+    unknown = np.zeros(len(rows), dtype=bool)
+    for _, u in parts:
+        unknown |= u
+    lo, hi = p.widen(lo + fixed, hi + fixed)
+    return allowed, lo, hi, unknown

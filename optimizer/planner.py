@@ -31,18 +31,20 @@ from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
 
+import numpy as np
+
 from rentopt.optimizer.billing import (
     Choice,
     PlanBill,
-    RoughPrices,
-    RoughUse,
+    PriceColumns,
     Terms,
     Use,
+    alone_bounds_arrays,
+    lease_bounds_arrays,
     cover_notes,
     explain_cover,
     offer_terms,
     price_plan,
-    rough_prices,
     round_money,
     transfer_hours,
 )
@@ -52,6 +54,8 @@ from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, find_layout
 from rentopt.optimizer.hardware import get_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
+from rentopt.optimizer.offer_table import OfferTable
+from rentopt.optimizer.solver import LeaseArrays, TrainArrays, ValidateArrays
 from rentopt.optimizer.models import (
     BillingLine,
     GpuSpec,
@@ -119,17 +123,17 @@ class GpuFilter:
     gpus_per_node: int | None = None
     max_nodes: int = MAX_NODES
 
-    def reason(self, offer: Offer) -> str | None:
-        """Why `offer` is filtered out, or None."""
-        if self.include and not any(offer.gpu == g and (n is None or offer.gpus == n) for g, n in self.include):
+    def reason_for(self, gpu: str, gpus: int, memory_gb: float) -> str | None:
+        """Why an offer of `gpus` x `gpu` with `memory_gb` per GPU is filtered out, or None."""
+        if self.include and not any(gpu == g and (n is None or gpus == n) for g, n in self.include):
             wanted = ", ".join(g + (f":{n}" if n else "") for g, n in self.include)
-            return f"--gpu {wanted}: this offer is {offer.gpus} x {offer.gpu}"
-        if offer.gpu in self.exclude:
-            return f"--exclude-gpu {offer.gpu}"
-        if self.min_memory_gb is not None and offer.gpu_memory_gb < self.min_memory_gb:
-            return f"--min-gpu-memory {self.min_memory_gb:g}: {offer.gpu} has {offer.gpu_memory_gb:g} GB"
-        if self.gpus_per_node is not None and offer.gpus != self.gpus_per_node:
-            return f"--gpus {self.gpus_per_node}: this offer has {offer.gpus} GPUs per node"
+            return f"--gpu {wanted}: this offer is {gpus} x {gpu}"
+        if gpu in self.exclude:
+            return f"--exclude-gpu {gpu}"
+        if self.min_memory_gb is not None and memory_gb < self.min_memory_gb:
+            return f"--min-gpu-memory {self.min_memory_gb:g}: {gpu} has {memory_gb:g} GB"
+        if self.gpus_per_node is not None and gpus != self.gpus_per_node:
+            return f"--gpus {self.gpus_per_node}: this offer has {gpus} GPUs per node"
         return None
 
 
@@ -463,13 +467,9 @@ class Signature:
 
 @dataclass
 class Candidate:
-    """The planner's view of one solver candidate: its billing use and what its plan prints.
+    """The planner's view of one solver candidate: its billing Use and what its plan prints."""
 
-    `use` starts as the first pass's RoughUse (floats, no exact terms); `exact(terms)` makes the
-    billing Use for the candidates that survive the rough pruning, with the same quantities.
-    """
-
-    use: Use | RoughUse
+    use: Use
     offer: Offer
     layout: Layout
     gpu: GpuSpec
@@ -487,14 +487,6 @@ class Candidate:
     def id(self) -> str:
         return self.use.id
 
-    def exact(self, terms: Terms) -> Candidate:
-        u = self.use
-        if isinstance(u, Use):
-            return self
-        use = Use(id=u.id, kind=u.kind, terms=terms, spot=u.prices.spot, nodes=u.nodes, hours=u.hours,
-                  disk_gb=self.disk_gb, import_gb=self.import_gb, out_gb=self.out_gb, out_hours=u.out_hours)
-        return replace(self, use=use)
-
 
 @dataclass
 class Planned:
@@ -502,40 +494,39 @@ class Planned:
 
     instance: Any  # solver.PlanInstance
     candidates: dict[str, Candidate]
-    rejected: list[tuple[Offer, str, str]]
+    rejected: list[tuple[int, str, str]]  # (offer table row, constraint, reason)
     work: WorkPlan
     prep: _Prepared
     closest_memory: str | None = None
     first_pass: dict[str, int] = field(default_factory=dict)  # candidates before / after rough pruning
-
-
-def _shape(offer: Offer, gpu: GpuSpec, nodes: int) -> NodeShape:
-    return NodeShape(gpu=gpu, gpus_per_node=offer.gpus, nodes=nodes, interconnect=offer.interconnect,
-                     fabric=offer.fabric, fabric_gbps=offer.fabric_gbps, memory_gb=offer.gpu_memory_gb,
-                     host_ram_gb=_ram_key(offer.host_ram_gb))
-
-
-def _shape_key(offer: Offer, gpu: GpuSpec) -> tuple:
-    return (offer.gpu, offer.gpus, offer.interconnect, offer.fabric, offer.fabric_gbps, _memory_key(offer, gpu),
-            _ram_key(offer.host_ram_gb))
+    table: OfferTable | None = None
 
 
 class _Planner:
-    def __init__(self, req: QuoteRequest, offers: Sequence[Offer], fx: FxTable, first_pass: bool = True):
-        self.req, self.offers, self.fx, self.first_pass = req, offers, fx, first_pass
+    """Builds the solver's instance in two passes.
+
+    First pass (arrays, no per-offer objects): node shapes are found over the offer table; for
+    each shape feasibility and the speed model run once per node count; every stage option's
+    hours and billing's rough bounds are computed as arrays; the solver's one pruning routine
+    keeps what can still be among the best plans. Second pass: the survivors (typically 100-200)
+    get their full offers, exact terms and billing Uses.
+    """
+
+    def __init__(self, req: QuoteRequest, table: OfferTable, fx: FxTable, first_pass: bool = True):
+        self.req, self.table, self.fx, self.first_pass = req, table, fx, first_pass
         self.prep = _prepare(req)
         self.work = work_plan(req, self.prep)
         self._fits: dict[tuple, Fit | NoFit] = {}
         self._speeds: dict[tuple, Speed] = {}
-        self.rejected: list[tuple[Offer, str, str]] = []
+        self.rejected: list[tuple[int, str, str]] = []  # (table row, constraint, reason)
         self.closest: tuple[float, str] | None = None
 
-    def layout(self, setup: TrainingSetup, offer: Offer, gpu: GpuSpec, nodes: int, pins: Pins, key: tuple) -> Fit | NoFit:
-        """The layout for a node shape, memoised: a 10,000-offer catalog has a few hundred shapes."""
+    # -- memoised layouts and speeds -----------------------------------------------------------
+
+    def layout(self, setup: TrainingSetup, shape: NodeShape, pins: Pins, key: tuple) -> Fit | NoFit:
         found = self._fits.get(key)
         if found is None:
-            found = find_layout(self.req.model, setup, _shape(offer, gpu, nodes), pins=pins,
-                                activation_scale=self.prep.activation_scale)
+            found = find_layout(self.req.model, setup, shape, pins=pins, activation_scale=self.prep.activation_scale)
             self._fits[key] = found
         return found
 
@@ -546,175 +537,396 @@ class _Planner:
             self._speeds[key] = found
         return found
 
-    def _miss(self, offer: Offer, miss: NoFit) -> None:
-        self.rejected.append((offer, miss.constraint, miss.reason))
-        if miss.overshoot is not None and (self.closest is None or miss.overshoot < self.closest[0]):
-            self.closest = (miss.overshoot, f"{offer.provider}/{offer.offer_id} ({offer.gpus} x {offer.gpu}): {miss.reason}")
+    # -- the first pass --------------------------------------------------------------------------
 
     def build(self) -> Planned:
-        """Rough candidates for every offer, rough pruning, exact terms for the survivors."""
-        from rentopt.optimizer.solver import prune
+        from rentopt.optimizer.solver import prune_arrays
 
-        req, work = self.req, self.work
+        req, work, prep, t = self.req, self.work, self.prep, self.table
         ccy = req.currency
-        kinds_wanted = (False, True) if req.spot else (False,)
+        kinds = (0, 1) if req.spot else (0,)
+        usable = self._usable_rows(kinds)
+        shapes = self._shapes(usable)
+        factor = self._fx_factors()
+        prices = {k: PriceColumns(t, k, factor, ccy) for k in kinds}
+        import_h = _transfer_hours(float(prep.import_gb), t.net_down_mbps)
+        export_h = _transfer_hours(float(prep.export_gb), t.net_up_mbps)
+        tr = self._train_arrays(shapes, kinds, usable, import_h, export_h)
+        va = self._validate_arrays(shapes, kinds, usable, tr, import_h) if req.validate_hours is not None else None
+        if va is None:
+            tr["need"] = np.full(len(tr["row"]), -1, dtype=np.int64)
+        groups: dict[tuple[str, str], int] = {}
+        tr["group"] = np.array([groups.setdefault((t.provider[r], t.gpu[r]), len(groups)) for r in tr["row"]],  # type: ignore[index]
+                               dtype=np.int64)
+        keep_t = np.ones(len(tr["row"]), dtype=bool)
+        keep_v = np.ones(0 if va is None else len(va["row"]), dtype=bool)
+        pairs = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        if self.first_pass and len(tr["row"]):
+            bounds_t = self._bounds(prices, tr, "train", import_h)
+            bounds_v = self._bounds(prices, va, "validate", import_h) if va is not None and len(va["row"]) else None
+            pairs, lease = self._leases(prices, tr, va)
+            kept = prune_arrays(
+                TrainArrays(bounds_t[0], bounds_t[1], tr["wall"], tr["group"], tr["need"],
+                            tr["tokens"] if work.tokens is None else None),
+                None if va is None or bounds_v is None else ValidateArrays(
+                    bounds_v[0], bounds_v[1], va["wall"], va["destroy_wall"], va["keys"]),
+                LeaseArrays(pairs[0], pairs[1], lease[0], lease[1]),
+                idle_hours=float(req.idle_days * 24), top_k=req.top,
+                deadline=None if work.deadline_hours is None else float(work.deadline_hours) + _DEADLINE_EPS,
+                budget=None if req.budget is None else float(req.budget) + _BUDGET_EPS)
+            if kept.train.any():  # else nothing meets the deadline or budget: price everything for the diagnosis
+                keep_t, keep_v = kept.train, kept.validate
+        first = {"offers": t.n, "candidates": len(keep_t) + len(keep_v),
+                 "after rough pruning": int(keep_t.sum() + keep_v.sum())}
+        return self._exact(tr, va, keep_t, keep_v, first)
+
+    def _usable_rows(self, kinds: tuple[int, ...]) -> np.ndarray:
+        """Rows that can be planned at all; the others are rejected with their reason."""
+        req, t = self.req, self.table
+        has = np.zeros(t.n, dtype=bool)
+        for k in kinds:
+            has |= t.has_kind(k)
+        reasons: dict[tuple, str | None] = {}
+        ok = np.zeros(t.n, dtype=bool)
+        for r in range(t.n):
+            gpu = t.gpu[r]
+            if gpu is None:
+                self.rejected.append((r, "gpu", f"GPU {t.gpu_raw[r]!r} is {t.gpu_status[r]} in the catalog: its memory "
+                                                 "and speed cannot be checked (kept, not guessed)"))
+                continue
+            key = (gpu, int(t.gpus[r]), float(t.gpu_memory_gb[r]))
+            if key not in reasons:
+                reasons[key] = req.gpu_filter.reason_for(*key)
+            if (why := reasons[key]) is not None:
+                self.rejected.append((r, "gpu", why))
+                continue
+            if not has[r]:
+                self.rejected.append((r, "price", "spot-only offer: add --spot to consider interruptible prices"
+                                      if t.spot[r] else "no price option of the requested kind"))
+                continue
+            ok[r] = True
+        return ok
+
+    def _shapes(self, usable: np.ndarray) -> dict[tuple, tuple[GpuSpec, NodeShape, np.ndarray]]:
+        """Distinct node shapes among the usable rows: shape key -> (GPU, shape of one node, rows)."""
+        t = self.table
+        rows = np.flatnonzero(usable)
+        by_key: dict[tuple, list[int]] = {}
+        for r in rows:
+            gpu = get_gpu(t.gpu[r])  # type: ignore[arg-type]
+            memory = float(t.gpu_memory_gb[r])
+            key = (gpu.id, int(t.gpus[r]), t.interconnect[r], t.fabric[r], _nan_none(t.fabric_gbps[r]),
+                   round(memory, 1) if memory > gpu.memory_gb * 1.1 else None, _ram_key(_nan_none(t.host_ram_gb[r])))
+            by_key.setdefault(key, []).append(int(r))
+        out = {}
+        for key, members in by_key.items():
+            gpu = get_gpu(key[0])
+            shape = NodeShape(gpu=gpu, gpus_per_node=key[1], nodes=1, interconnect=key[2], fabric=key[3],  # type: ignore[arg-type]
+                              fabric_gbps=key[4], memory_gb=key[5] or gpu.memory_gb, host_ram_gb=key[6])
+            out[key] = (gpu, shape, np.array(members, dtype=np.int64))
+        return out
+
+    def _fx_factors(self) -> np.ndarray:
+        """Per row, one unit of its currency in the quote currency at the rate of its price's day."""
+        t, ccy = self.table, self.req.currency
+        memo: dict[tuple[str, object], float] = {}
+        out = np.empty(t.n)
+        for r, (code, when) in enumerate(zip(t.currency, t.fetched_at)):
+            key = (code, when.date())
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = float(self.fx.convert(Decimal(1), code, ccy, on=when))
+            out[r] = found
+        return out
+
+    def _train_arrays(self, shapes, kinds, usable, import_h, export_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+        req, work, t = self.req, self.work, self.table
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("row", "nodes", "kind", "hours", "wall", "low", "tokens", "fit")}
+        self.fit_list: list[tuple[Fit, GpuSpec, Speed, tuple]] = []
+        spot_factor = np.array([float(_spot_factor(p, req.checkpoint_every_hours)[0]) for p in t.provider]) \
+            if req.spot else None
+        has = {k: t.has_kind(k) for k in kinds}
+        max_nodes = min(req.gpu_filter.max_nodes, MAX_NODES)
+        for key, (gpu, shape, rows) in shapes.items():
+            first_miss: NoFit | None = None
+            any_fit = False
+            for nodes in range(1, min(int(t.nodes_available[rows].max()), max_nodes) + 1):
+                fit = self.layout(req.setup, replace(shape, nodes=nodes), req.pins, ("t", *key, nodes))
+                if isinstance(fit, NoFit):
+                    first_miss = first_miss or fit
+                    continue
+                any_fit = True
+                speed = self.speed(fit, gpu, (*key, nodes))
+                fit_id = len(self.fit_list)
+                self.fit_list.append((fit, gpu, speed, key))
+                at = rows[t.nodes_available[rows] >= nodes]
+                for kind in kinds:
+                    mine = at[has[kind][at]]
+                    if not len(mine):
+                        continue
+                    factor = spot_factor[mine] if kind else np.ones(len(mine))
+                    if work.tokens is not None:
+                        run = work.tokens / speed.typical / 3600 * factor
+                        low = work.tokens / speed.high / 3600 * factor
+                        high = work.tokens / speed.low / 3600 * factor
+                        tokens = np.full(len(mine), work.tokens)
+                    else:
+                        run = low = high = np.full(len(mine), float(work.rent_hours))  # type: ignore[arg-type]
+                        tokens = speed.typical * run * 3600 / factor
+                    hours = import_h[mine] + run + export_h[mine]
+                    too_long = hours > t.max_hours[mine]  # NaN (no maximum) compares False
+                    for r, h in zip(mine[too_long], hours[too_long]):
+                        self.rejected.append((int(r), "max_duration", f"needs {h:.1f} h of rental on {nodes} node(s); "
+                                                                       f"the host allows at most {t.max_hours[r]:.1f} h"))
+                    keep = ~too_long
+                    n_keep = int(keep.sum())
+                    cols["row"].append(mine[keep])
+                    cols["nodes"].append(np.full(n_keep, nodes))
+                    cols["kind"].append(np.full(n_keep, kind))
+                    cols["hours"].append(hours[keep])
+                    cols["wall"].append((import_h[mine] + high + export_h[mine])[keep])
+                    cols["low"].append((import_h[mine] + low + export_h[mine])[keep])
+                    cols["tokens"].append(tokens[keep])
+                    cols["fit"].append(np.full(n_keep, fit_id))
+            if not any_fit and first_miss is not None:
+                for r in rows:
+                    self.rejected.append((int(r), first_miss.constraint, first_miss.reason))
+                if first_miss.overshoot is not None and (self.closest is None or first_miss.overshoot < self.closest[0]):
+                    r = int(rows[0])
+                    self.closest = (first_miss.overshoot, f"{t.provider[r]}/{t.offer_id[r]} ({t.gpus[r]} x {t.gpu[r]}): "
+                                                          f"{first_miss.reason}")
+        out = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in cols.items()}
+        for k in ("row", "nodes", "kind", "fit"):
+            out[k] = out[k].astype(np.int64)
+        return out
+
+    def _validate_arrays(self, shapes, kinds, usable, tr, import_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+        """Per offer, the same job at micro-batch 1 on one node, for each signature that training
+        runs on a GPU of the offer's architecture (a validation serves only those)."""
+        req, prep, t = self.req, self.prep, self.table
+        by_arch: dict[str, set[Signature]] = {}
+        for fit, gpu, _, _ in self.fit_list:
+            by_arch.setdefault(gpu.architecture, set()).add(Signature.of(fit.layout))
+        self.signatures = sorted({s for sigs in by_arch.values() for s in sigs}, key=repr)
+        numbered = {sig: n for n, sig in enumerate(self.signatures)}
+        setups = {sig: (prep.validate_setup.model_copy(update={
+            "precision": sig.precision, "flash_attention": sig.attention.startswith("flash")}), sig.pins(req.pins))
+            for sig in self.signatures}
+        self.keys: dict[tuple, int] = {}
+        out_h_all = _transfer_hours(float(prep.destroy_gb), t.net_up_mbps)
+        hours_all = float(req.validate_hours) + import_h  # type: ignore[arg-type]
+        has = {k: t.has_kind(k) for k in kinds}
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("row", "kind", "sig", "fit", "hours", "out")}
+        self.v_fits: list[Fit] = []
+        for key, (gpu, shape, rows) in shapes.items():
+            sigs = by_arch.get(gpu.architecture)
+            if not sigs:
+                continue
+            ok = ~(hours_all[rows] + out_h_all[rows] > t.max_hours[rows])
+            rows = rows[ok]
+            if not len(rows):
+                continue
+            for sig in sigs:
+                setup, pins = setups[sig]
+                fit = self.layout(setup, shape, pins, ("v", *key, sig))
+                if isinstance(fit, NoFit) or Signature.of(fit.layout) != sig:
+                    continue
+                fit_id = len(self.v_fits)
+                self.v_fits.append(fit)
+                self.keys.setdefault((gpu.id, sig), len(self.keys))
+                self.keys.setdefault(("arch:" + gpu.architecture, sig), len(self.keys))
+                for kind in kinds:
+                    mine = rows[has[kind][rows]]
+                    cols["row"].append(mine)
+                    cols["kind"].append(np.full(len(mine), kind))
+                    cols["sig"].append(np.full(len(mine), numbered[sig]))
+                    cols["fit"].append(np.full(len(mine), fit_id))
+                    cols["hours"].append(hours_all[mine])
+                    cols["out"].append(out_h_all[mine])
+        va = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in cols.items()}
+        for k in ("row", "kind", "sig", "fit"):
+            va[k] = va[k].astype(np.int64)
+        gpu_of = [t.gpu[r] for r in va["row"]]
+        va["keys"] = np.array([[self.keys[(g, self.signatures[s])],
+                                self.keys[("arch:" + get_gpu(g).architecture, self.signatures[s])]]  # type: ignore[arg-type]
+                               for g, s in zip(gpu_of, va["sig"])], dtype=np.int64).reshape(-1, 2)
+        va["wall"] = va["hours"]
+        va["destroy_wall"] = va["hours"] + va["out"]
+        # each training candidate needs the same GPU model's validation when some offer has it,
+        # else one of its architecture
+        need = []
+        for fit_id in tr["fit"]:
+            fit, gpu, _, _ = self.fit_list[fit_id]
+            sig = Signature.of(fit.layout)
+            need.append(self.keys.get((gpu.id, sig), self.keys.get(("arch:" + gpu.architecture, sig), -1)))
+        tr["need"] = np.array(need, dtype=np.int64)
+        return va
+
+    def _bounds(self, prices, arrays, kind: str, import_h):  # type: ignore[no-untyped-def]
+        """billing's rough bounds of each candidate on its own instance (lo, hi arrays)."""
+        prep = self.prep
+        lo = np.empty(len(arrays["row"]))
+        hi = np.empty(len(arrays["row"]))
+        for k, p in prices.items():
+            sel = arrays["kind"] == k
+            rows = arrays["row"][sel]
+            if kind == "train":
+                l, h, _ = alone_bounds_arrays(p, rows, "train", arrays["nodes"][sel], arrays["hours"][sel],
+                                              float(prep.disk_gb), float(prep.import_gb), float(prep.export_gb))
+            else:
+                l, h, _ = alone_bounds_arrays(p, rows, "validate", np.ones(len(rows), dtype=np.int64),
+                                              arrays["hours"][sel], float(prep.validate_disk_gb), float(prep.import_gb),
+                                              float(prep.destroy_gb), arrays["out"][sel])
+            lo[sel], hi[sel] = l, h
+        return lo, hi
+
+    def _leases(self, prices, tr, va):  # type: ignore[no-untyped-def]
+        """(validation, training) pairs on the same instance that run the same job, and the bounds
+        of their lease."""
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64)), (np.zeros(0), np.zeros(0))
+        if va is None or not len(va["row"]) or not len(tr["row"]):
+            return empty
+        prep = self.prep
+        t_key = tr["row"] * 2 + tr["kind"]
+        order = np.argsort(t_key, kind="stable")
+        sorted_keys = t_key[order]
+        v_key = va["row"] * 2 + va["kind"]
+        start = np.searchsorted(sorted_keys, v_key, side="left")
+        stop = np.searchsorted(sorted_keys, v_key, side="right")
+        counts = stop - start
+        v_idx = np.repeat(np.arange(len(v_key)), counts)
+        offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        t_idx = order[np.repeat(start, counts) + offsets]
+        same_job = (va["keys"][v_idx] == tr["need"][t_idx][:, None]).any(axis=1)
+        v_idx, t_idx = v_idx[same_job], t_idx[same_job]
+        G = float(self.req.idle_days * 24)
+        lo, hi = np.full(len(v_idx), np.inf), np.full(len(v_idx), np.inf)
+        allowed = np.zeros(len(v_idx), dtype=bool)
+        for k, p in prices.items():
+            sel = tr["kind"][t_idx] == k
+            if not sel.any():
+                continue
+            a, l, h, _ = lease_bounds_arrays(p, tr["row"][t_idx[sel]], va["hours"][v_idx[sel]], tr["hours"][t_idx[sel]],
+                                             tr["nodes"][t_idx[sel]], G, float(prep.validate_disk_gb),
+                                             float(prep.disk_gb), float(prep.import_gb), float(prep.export_gb))
+            allowed[sel], lo[sel], hi[sel] = a, l, h
+        if self.work.deadline_hours is not None:
+            allowed &= va["wall"][v_idx] + G + tr["wall"][t_idx] <= float(self.work.deadline_hours) + _DEADLINE_EPS
+        return (v_idx[allowed], t_idx[allowed]), (lo[allowed], hi[allowed])
+
+    # -- the second pass: exact candidates for the survivors --------------------------------------
+
+    def _exact(self, tr, va, keep_t, keep_v, first) -> Planned:  # type: ignore[no-untyped-def]
+        req, prep, work, t = self.req, self.prep, self.work, self.table
+        rows = sorted({int(r) for r in tr["row"][keep_t]} | ({int(r) for r in va["row"][keep_v]} if va is not None else set()))
+        full = dict(zip(rows, t.offers(rows)))
+        terms: dict[int, Terms] = {}
+
+        def terms_of(r: int) -> Terms:
+            if r not in terms:
+                terms[r] = offer_terms(full[r], self.fx, req.currency)
+            return terms[r]
+
         train: list[Candidate] = []
-        usable: list[tuple[Offer, GpuSpec, dict[bool, RoughPrices]]] = []
-        for o in self.offers:
-            if o.gpu is None:
-                self.rejected.append((o, "gpu", f"GPU {o.gpu_raw!r} is {o.gpu_status} in the catalog: its memory "
-                                                "and speed cannot be checked (kept, not guessed)"))
-                continue
-            if (why := req.gpu_filter.reason(o)) is not None:
-                self.rejected.append((o, "gpu", why))
-                continue
-            prices = {k: p for k in kinds_wanted if (p := rough_prices(o, self.fx, ccy, k)) is not None}
-            if not prices:
-                self.rejected.append((o, "price", "spot-only offer: add --spot to consider interruptible prices"
-                                      if o.spot else "no price option of the requested kind"))
-                continue
-            gpu = get_gpu(o.gpu)
-            usable.append((o, gpu, prices))
-            train += self._train_candidates(o, gpu, prices)
+        for i in np.flatnonzero(keep_t):
+            r, nodes, kind = int(tr["row"][i]), int(tr["nodes"][i]), int(tr["kind"][i])
+            o = full[r]
+            fit, gpu, speed, _ = self.fit_list[int(tr["fit"][i])]
+            spot = bool(kind)
+            import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
+            export_h = transfer_hours(prep.export_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+            factor = _spot_factor(o.provider, req.checkpoint_every_hours)[0] if spot else Decimal(1)
+            if work.tokens is not None:
+                run, low, high = (Decimal(str(work.tokens / rate / 3600)) * factor
+                                  for rate in (speed.typical, speed.high, speed.low))
+                tokens = work.tokens
+            else:
+                run = low = high = work.rent_hours  # type: ignore[assignment]
+                tokens = speed.typical * float(run) * 3600 / float(factor)
+            notes = list(speed.notes)
+            if spot:
+                notes.append(_spot_factor(o.provider, req.checkpoint_every_hours)[1])
+            notes += fit.layout.plan_notes
+            if o.extra.get("gpu_note"):
+                notes.append(str(o.extra["gpu_note"]))
+            if (nodes > 1 or o.gpus > 1) and speed.scaling < LOW_SCALING:
+                notes.append(f"scaling efficiency {speed.scaling:.0%} over {nodes * o.gpus} GPUs is under 70 %: "
+                             "the interconnect is the bottleneck (a cheaper layout may do the same work)")
+            use = Use(id=f"t:{o.provider}:{o.offer_id}:{nodes}:{kind}", kind="train", terms=terms_of(r), spot=spot,
+                      nodes=nodes, hours=_hours(import_h + run + export_h), disk_gb=prep.disk_gb,
+                      import_gb=prep.import_gb, out_gb=prep.export_gb)
+            train.append(Candidate(use, o, fit.layout, gpu, speed, tokens, prep.disk_gb, prep.import_gb,
+                                   prep.export_gb, _hours(import_h + low + export_h), _hours(import_h + high + export_h),
+                                   tuple(notes), Signature.of(fit.layout)))
         validate: list[Candidate] = []
-        if req.validate_hours is not None and train:
-            validate = self._validate_candidates(usable, {c.signature for c in train})  # type: ignore[misc]
-        keep = {c.id for c in (*train, *validate)}
-        if self.first_pass:
-            kept = prune(self._instance(train, validate), req.top)
-            if kept.train:  # else nothing meets the deadline or budget: price everything for the diagnosis
-                keep = {c.id for c in (*kept.train, *kept.validate)}
-        terms: dict[tuple[str, str], Terms] = {}
-        exact: dict[str, Candidate] = {}
-        for c in (*train, *validate):
-            if c.id in keep:
-                t = terms.get(c.offer.key)
-                if t is None:
-                    t = terms[c.offer.key] = offer_terms(c.offer, self.fx, ccy)
-                exact[c.id] = c.exact(t)
-        ex_train = [c for c in train if c.id in exact]
-        ex_validate = [c for c in validate if c.id in exact]
-        instance = self._instance([exact[c.id] for c in ex_train], [exact[c.id] for c in ex_validate])
-        first = {"candidates": len(train) + len(validate), "after rough pruning": len(exact)}
-        return Planned(instance, exact, self.rejected, work, self.prep, self.closest[1] if self.closest else None, first)
+        if va is not None:
+            for i in np.flatnonzero(keep_v):
+                r, kind, sig = int(va["row"][i]), int(va["kind"][i]), int(va["sig"][i])
+                o = full[r]
+                fit = self.v_fits[int(va["fit"][i])]
+                import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
+                out_h = transfer_hours(prep.destroy_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+                use = Use(id=f"v:{o.provider}:{o.offer_id}:{kind}:{sig}", kind="validate", terms=terms_of(r),
+                          spot=bool(kind), nodes=1, hours=_hours(req.validate_hours + import_h),  # type: ignore[operator]
+                          disk_gb=prep.validate_disk_gb, import_gb=prep.import_gb, out_gb=prep.destroy_gb,
+                          out_hours=out_h)
+                validate.append(Candidate(use, o, fit.layout, get_gpu(o.gpu), None, None, prep.validate_disk_gb,  # type: ignore[arg-type]
+                                          prep.import_gb, prep.destroy_gb, signature=self.signatures[sig]))
+        instance = self._instance(train, validate)
+        candidates = {c.id: c for c in (*train, *validate)}
+        return Planned(instance, candidates, self.rejected, work, prep, self.closest[1] if self.closest else None,
+                       first, self.table)
 
     def _instance(self, train: list[Candidate], validate: list[Candidate]):  # type: ignore[no-untyped-def]
         from rentopt.optimizer.solver import Candidate as SolverCandidate
         from rentopt.optimizer.solver import PlanInstance
 
         req, work = self.req, self.work
-        return PlanInstance(
-            validate=tuple(SolverCandidate(c.use, wall_hours=c.use.hours, signature=_v_keys(c)) for c in validate),
-            train=tuple(self._solver_train(train, validate)), idle_hours=req.idle_days * 24,
-            deadline_hours=work.deadline_hours, budget=req.budget, currency=req.currency,
-            rank_by="per_token" if work.tokens is None else "total",
-        )
-
-    # -- training ------------------------------------------------------------------------------
-
-    def _train_candidates(self, o: Offer, gpu: GpuSpec, prices: dict[bool, RoughPrices]) -> list[Candidate]:
-        req, prep, work = self.req, self.prep, self.work
-        out: list[Candidate] = []
-        import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
-        export_h = transfer_hours(prep.export_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
-        shape = _shape_key(o, gpu)
-        first_miss: NoFit | None = None
-        any_fit = False
-        disk, imp, out_gb = float(prep.disk_gb), float(prep.import_gb), float(prep.export_gb)
-        for nodes in range(1, min(o.nodes_available, req.gpu_filter.max_nodes, MAX_NODES) + 1):
-            fit = self.layout(req.setup, o, gpu, nodes, req.pins, ("t", *shape, nodes))
-            if isinstance(fit, NoFit):
-                first_miss = first_miss or fit
-                continue
-            any_fit = True
-            speed = self.speed(fit, gpu, (*shape, nodes))
-            for spot, price in prices.items():
-                factor = _spot_factor(o.provider, req.checkpoint_every_hours)[0] if spot else Decimal(1)
-                if work.tokens is not None:
-                    run, low, high = (Decimal(str(work.tokens / rate / 3600)) * factor
-                                      for rate in (speed.typical, speed.high, speed.low))
-                    tokens = work.tokens
-                else:
-                    run = low = high = work.rent_hours  # type: ignore[assignment]
-                    tokens = speed.typical * float(run) * 3600 / float(factor)
-                hours = _hours(import_h + run + export_h)
-                if o.max_duration_hours is not None and hours > Decimal(str(o.max_duration_hours)):
-                    self.rejected.append((o, "max_duration", f"needs {hours:.1f} h of rental on {nodes} node(s); the "
-                                                             f"host allows at most {o.max_duration_hours:.1f} h"))
-                    continue
-                notes = list(speed.notes)
-                if spot:
-                    notes.append(_spot_factor(o.provider, req.checkpoint_every_hours)[1])
-                notes += fit.layout.plan_notes
-                if o.extra.get("gpu_note"):
-                    notes.append(str(o.extra["gpu_note"]))
-                if (nodes > 1 or o.gpus > 1) and speed.scaling < LOW_SCALING:
-                    notes.append(f"scaling efficiency {speed.scaling:.0%} over {nodes * o.gpus} GPUs is under 70 %: "
-                                 "the interconnect is the bottleneck (a cheaper layout may do the same work)")
-                use = RoughUse(f"t:{o.provider}:{o.offer_id}:{nodes}:{int(spot)}", "train", price, nodes, hours,
-                               disk, imp, out_gb)
-                out.append(Candidate(use, o, fit.layout, gpu, speed, tokens, prep.disk_gb, prep.import_gb,
-                                     prep.export_gb, _hours(import_h + low + export_h),
-                                     _hours(import_h + high + export_h), tuple(notes), Signature.of(fit.layout)))
-        if not any_fit and first_miss is not None:
-            self._miss(o, first_miss)
-        return out
-
-    # -- validation ----------------------------------------------------------------------------
-
-    def _validate_candidates(self, usable, signatures: set[Signature]) -> list[Candidate]:  # type: ignore[no-untyped-def]
-        """For each offer and each training signature: the same job at micro-batch 1 on one node."""
-        req, prep = self.req, self.prep
-        out: list[Candidate] = []
-        disk, imp, out_gb = float(prep.validate_disk_gb), float(prep.import_gb), float(prep.destroy_gb)
-        ordered = sorted(signatures, key=repr)
-        for o, gpu, prices in usable:
-            import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
-            out_h = transfer_hours(prep.destroy_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
-            hours = _hours(req.validate_hours + import_h)  # type: ignore[operator]
-            if o.max_duration_hours is not None and hours + out_h > Decimal(str(o.max_duration_hours)):
-                continue
-            for n, sig in enumerate(ordered):
-                setup = prep.validate_setup.model_copy(update={
-                    "precision": sig.precision, "flash_attention": sig.attention.startswith("flash")})
-                key = ("v", *_shape_key(o, gpu), sig)
-                fit = self.layout(setup, o, gpu, 1, sig.pins(req.pins), key)
-                if isinstance(fit, NoFit) or Signature.of(fit.layout) != sig:
-                    continue
-                for spot, price in prices.items():
-                    use = RoughUse(f"v:{o.provider}:{o.offer_id}:{int(spot)}:{n}", "validate", price, 1, hours, disk,
-                                   imp, out_gb, out_h)
-                    out.append(Candidate(use, o, fit.layout, gpu, None, None, prep.validate_disk_gb, prep.import_gb,
-                                         prep.destroy_gb, signature=sig))
-        return out
-
-    def _solver_train(self, train: list[Candidate], validate: list[Candidate]):  # type: ignore[no-untyped-def]
-        """Training candidates for the solver, each requiring the validation that fits it best:
-        the same GPU model when some offer validates it, else the same architecture."""
-        from rentopt.optimizer.solver import Candidate as SolverCandidate
-
         models = {(c.gpu.id, c.signature) for c in validate}
-        out = []
+        solver_train = []
         for c in train:
             sig = (c.gpu.id, c.signature) if (c.gpu.id, c.signature) in models or not validate else \
                 ("arch:" + c.gpu.architecture, c.signature)
-            out.append(SolverCandidate(c.use, group=(c.offer.provider, c.gpu.id), wall_hours=c.hours_high,
-                                       signature=sig, tokens=Decimal(str(c.tokens)) if c.tokens else None))
-        return out
+            solver_train.append(SolverCandidate(c.use, group=(c.offer.provider, c.gpu.id), wall_hours=c.hours_high,
+                                                signature=sig, tokens=Decimal(str(c.tokens)) if c.tokens else None))
+        return PlanInstance(
+            validate=tuple(SolverCandidate(c.use, wall_hours=c.use.hours, signature=_v_keys(c)) for c in validate),
+            train=tuple(solver_train), idle_hours=req.idle_days * 24, deadline_hours=work.deadline_hours,
+            budget=req.budget, currency=req.currency, rank_by="per_token" if work.tokens is None else "total",
+        )
+
+
+# Float comparisons in the first pass are made permissive by these (hours, quote-currency units):
+# the exact pass decides the boundary cases.
+_DEADLINE_EPS = 1e-6
+_BUDGET_EPS = 1e-6
+
+
+def _nan_none(x: float) -> float | None:
+    return None if x != x else float(x)
+
+
+def _transfer_hours(gb: float, mbps: np.ndarray) -> np.ndarray:
+    """billing.transfer_hours as floats per row (an unstated speed is DEFAULT_MBPS)."""
+    rate = np.where(np.isnan(mbps) | (mbps <= 0), DEFAULT_MBPS, mbps)
+    return gb * 8000 / rate / 3600
 
 
 def _v_keys(c: Candidate) -> frozenset:
     return frozenset({(c.gpu.id, c.signature), ("arch:" + c.gpu.architecture, c.signature)})
 
 
-def plan_instance(req: QuoteRequest, offers: Sequence[Offer], fx: FxTable, *, first_pass: bool = True) -> Planned:
-    """The solver's instance for `req` over `offers` (full offers: no I/O happens here).
+def plan_instance(req: QuoteRequest, offers: Sequence[Offer] | OfferTable, fx: FxTable, *,
+                  first_pass: bool = True) -> Planned:
+    """The solver's instance for `req` over `offers` (a list of offers or an OfferTable; no I/O
+    happens here but the table's own resolution of its survivors' full offers).
 
     `first_pass=False` skips the rough pruning and gives every candidate exact terms (for tests
     that check the first pass against everything it could have kept).
     """
     fx.rate(req.currency)  # an unknown quote currency is an input error before any work
-    return _Planner(req, offers, fx, first_pass).build()
+    table = offers if isinstance(offers, OfferTable) else OfferTable.from_offers(list(offers))
+    return _Planner(req, table, fx, first_pass).build()
 
 
 def _memory_key(o: Offer, gpu: GpuSpec) -> float | None:
@@ -742,8 +954,9 @@ def _ram_key(gb: float | None) -> float | None:
 
 
 def rejections(planned: Planned) -> list[Rejection]:
-    return [Rejection(provider=o.provider, offer_id=o.offer_id, gpu=o.gpu or o.gpu_raw, constraint=c,  # type: ignore[arg-type]
-                      reason=why) for o, c, why in planned.rejected]
+    t = planned.table
+    return [Rejection(provider=t.provider[r], offer_id=t.offer_id[r], gpu=t.gpu[r] or t.gpu_raw[r],  # type: ignore[arg-type]
+                      constraint=c, reason=why) for r, c, why in planned.rejected]
 
 
 def _no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoFeasiblePlan:

@@ -29,7 +29,6 @@ checks all of this against an exhaustive search written independently.
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
@@ -41,16 +40,15 @@ from rentopt.optimizer.billing import (
     Bounds,
     Choice,
     PlanBill,
-    RoughUse,
     Use,
     idle_choice,
     lease_bounds,
     price_plan,
-    rough_lease_bounds,
-    rough_use_bounds,
     round_money,
     use_bounds,
 )
+import numpy as np
+
 from rentopt.optimizer.errors import NoFeasiblePlan
 
 log = logging.getLogger("rentopt.solver")
@@ -72,7 +70,7 @@ class Candidate:
     `tokens`: the work a training candidate does (ranked per token with `rank_by="per_token"`).
     """
 
-    use: Use | RoughUse  # RoughUse: the first pass, before the offer's exact terms exist
+    use: Use
     group: tuple[str, str] = ("", "")
     wall_hours: Decimal | None = None
     signature: Hashable | frozenset = None
@@ -143,7 +141,152 @@ class Solution:
 
 
 # --------------------------------------------------------------------------------------------
-# Pruning with billing's bounds
+# Pruning: one routine, over arrays of bounds
+#
+# The planner's first pass calls `prune_arrays` on billing's rough bounds for every candidate of
+# a catalog (no per-candidate objects); `solve` calls it on an instance's exact bounds. It only
+# drops what a true inequality shows cannot be among the top-K plans; ties are kept.
+
+_INF_F = float("inf")
+
+
+@dataclass
+class TrainArrays:
+    lo: np.ndarray  # bounds of the candidate's own bill (known part)
+    hi: np.ndarray
+    wall: np.ndarray  # pessimistic hours (the deadline's)
+    group: np.ndarray  # int: the (provider, GPU) group top-K plans differ in
+    need: np.ndarray  # int: the validation key it requires (-1: none)
+    tokens: np.ndarray | None = None  # per-token ranking: the work each does
+
+
+@dataclass
+class ValidateArrays:
+    lo: np.ndarray  # bounds of the validation on its own instance, destroyed after (copy-out included)
+    hi: np.ndarray
+    wall: np.ndarray  # running hours kept (a lease)
+    destroy_wall: np.ndarray  # running hours when destroyed (copy-out included)
+    keys: np.ndarray  # int, shape (n, k): the validation keys it satisfies (-1 padding)
+
+
+@dataclass
+class LeaseArrays:
+    v: np.ndarray  # index into the validation arrays
+    t: np.ndarray  # index into the training arrays
+    lo: np.ndarray  # bounds of the whole lease plan (validate, gap, train, export)
+    hi: np.ndarray
+
+    @classmethod
+    def empty(cls) -> LeaseArrays:
+        z = np.zeros(0)
+        return cls(z.astype(np.int64), z.astype(np.int64), z, z)
+
+
+@dataclass
+class Kept:
+    train: np.ndarray  # bool masks
+    validate: np.ndarray
+    leases: np.ndarray
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *, idle_hours: float,
+                 deadline: float | None, budget: float | None, top_k: int) -> Kept:
+    """Which candidates can still be among the top `top_k` plans (see the module docstring)."""
+    nt = len(tr.lo)
+    nv = 0 if va is None else len(va.lo)
+    keep_t = np.ones(nt, dtype=bool)
+    keep_v = np.ones(nv, dtype=bool)
+    room_of = lambda walls: (np.full(len(walls), _INF_F) if deadline is None  # noqa: E731
+                             else deadline - idle_hours - walls)
+    dropped = {"deadline": 0, "dominated": 0, "bounds": 0}
+    # 1. the deadline, with the fastest compatible partner
+    if deadline is not None:
+        if va is None:
+            keep_t &= tr.wall <= deadline
+        else:
+            fastest = _min_per_key(va.keys, va.wall, keep_v)
+            need_fast = np.array([fastest.get(int(k), _INF_F) for k in tr.need]) if nt else np.zeros(0)
+            keep_t &= need_fast + idle_hours + tr.wall <= deadline
+            quickest = tr.wall[keep_t].min() if keep_t.any() else _INF_F
+            keep_v &= va.wall + idle_hours + quickest <= deadline
+        dropped["deadline"] = nt - int(keep_t.sum()) + nv - int(keep_v.sum())
+    if not keep_t.any() or (va is not None and not keep_v.any()):
+        return Kept(np.zeros(nt, bool), np.zeros(nv, bool), np.zeros(len(le.v), bool), dropped)
+    lease_ok = keep_t[le.t] & (keep_v[le.v] if va is not None else False)
+    # 2. validation dominance per key, as a destroy-path partner: a slower one survives only if
+    #    it could be cheaper than every faster one (a leasing validation stays in its lease pairs)
+    partners: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+    if va is not None:
+        survive = np.zeros(nv, dtype=bool)
+        for key, idx in _rows_per_key(va.keys, keep_v).items():
+            order = idx[np.lexsort((va.hi[idx], va.destroy_wall[idx]))]
+            best_before = np.concatenate(([_INF_F], np.minimum.accumulate(va.hi[order])[:-1]))
+            alive = order[va.lo[order] <= best_before]
+            survive[alive] = True
+            partners[key] = (va.destroy_wall[alive], np.minimum.accumulate(va.lo[alive]),
+                             np.minimum.accumulate(va.hi[alive]), alive)
+        dropped["dominated"] = int(keep_v.sum()) - int(survive.sum())
+    # 3. each training candidate's best plan, bounded
+    if va is None:
+        plan_lo, plan_hi = tr.lo.copy(), tr.hi.copy()
+    else:
+        plan_lo, plan_hi = np.full(nt, _INF_F), np.full(nt, _INF_F)
+        rooms = room_of(tr.wall)
+        for key in np.unique(tr.need[keep_t]):
+            found = partners.get(int(key))
+            if found is None:
+                continue
+            walls, p_lo, p_hi, _ = found
+            mine = np.flatnonzero(keep_t & (tr.need == key))
+            at = np.searchsorted(walls, rooms[mine], side="right")
+            has = at > 0
+            plan_lo[mine[has]] = tr.lo[mine[has]] + p_lo[at[has] - 1]
+            plan_hi[mine[has]] = tr.hi[mine[has]] + p_hi[at[has] - 1]
+        if lease_ok.any():
+            np.minimum.at(plan_lo, le.t[lease_ok], le.lo[lease_ok])
+            np.minimum.at(plan_hi, le.t[lease_ok], le.hi[lease_ok])
+    if budget is not None:
+        plan_lo[plan_lo > budget] = _INF_F
+        plan_hi[plan_hi > budget] = _INF_F
+    if tr.tokens is not None:
+        plan_lo, plan_hi = plan_lo / tr.tokens, plan_hi / tr.tokens
+    plan_lo[~keep_t] = _INF_F
+    plan_hi[~keep_t] = _INF_F
+    groups = int(tr.group.max()) + 1 if nt else 0
+    group_ub = np.full(groups, _INF_F)
+    np.minimum.at(group_ub, tr.group, plan_hi)
+    finite = np.sort(group_ub[np.isfinite(group_ub)])
+    threshold = finite[top_k - 1] if len(finite) >= top_k else _INF_F
+    kept_t = np.isfinite(plan_lo) & (plan_lo <= np.minimum(group_ub[tr.group], threshold))
+    dropped["bounds"] = int(keep_t.sum()) - int(kept_t.sum())
+    kept_leases = lease_ok & kept_t[le.t]
+    kept_v = np.zeros(nv, dtype=bool)
+    if va is not None:
+        kept_v[le.v[kept_leases]] = True
+        rooms = room_of(tr.wall)
+        for key in np.unique(tr.need[kept_t]):
+            found = partners.get(int(key))
+            if found is None:
+                continue
+            walls, _, _, alive = found
+            widest = rooms[kept_t & (tr.need == key)].max()
+            kept_v[alive[:np.searchsorted(walls, widest, side="right")]] = True
+    return Kept(kept_t, kept_v, kept_leases, dropped)
+
+
+def _rows_per_key(keys: np.ndarray, alive: np.ndarray) -> dict[int, np.ndarray]:
+    out: dict[int, list[np.ndarray]] = {}
+    for col in range(keys.shape[1]):
+        column = keys[:, col]
+        ok = alive & (column >= 0)
+        for key in np.unique(column[ok]):
+            out.setdefault(int(key), []).append(np.flatnonzero(ok & (column == key)))
+    return {k: np.unique(np.concatenate(v)) for k, v in out.items()}
+
+
+def _min_per_key(keys: np.ndarray, values: np.ndarray, alive: np.ndarray) -> dict[int, float]:
+    return {k: float(values[idx].min()) for k, idx in _rows_per_key(keys, alive).items()}
 
 
 @dataclass
@@ -158,162 +301,62 @@ def _score(inst: PlanInstance, total: Decimal, t: Candidate) -> Decimal:
     return total / t.tokens if inst.rank_by == "per_token" else total  # type: ignore[operator]
 
 
+def _widened(b: Bounds) -> tuple[float, float]:
+    """Exact Decimal bounds as floats that still contain them."""
+    lo, hi = float(b.lo), float(b.hi)
+    return lo - 1e-9 * max(1.0, abs(lo)), hi + 1e-9 * max(1.0, abs(hi))
+
+
 def prune(inst: PlanInstance, top_k: int) -> _Pruned:
-    """The candidates that can still be in the top `top_k` plans (see the module docstring)."""
-    dropped = {"deadline": 0, "dominated": 0, "bounds": 0}
-    has_v = bool(inst.validate)
+    """The candidates of an instance that can still be in the top `top_k` plans (exact bounds
+    from billing, pruned by `prune_arrays`)."""
     G = inst.idle_hours
-    ts = list(inst.train)
-    vs = list(inst.validate)
-    # 1. the deadline, with the fastest compatible partner
-    if inst.deadline_hours is not None:
-        if has_v:
-            fastest_v: dict[Hashable, Decimal] = {}
-            for v in vs:
-                for key in (v.signature if isinstance(v.signature, frozenset) else {v.signature}):
-                    if key not in fastest_v or v.wall < fastest_v[key]:
-                        fastest_v[key] = v.wall
-            kept_t = [t for t in ts if t.signature in fastest_v and _fits(inst, fastest_v[t.signature] + G + t.wall)]
-            fastest_t = min((t.wall for t in kept_t), default=None)
-            kept_v = [v for v in vs if fastest_t is not None and _fits(inst, v.wall + G + fastest_t)]
-        else:
-            kept_t, kept_v = [t for t in ts if _fits(inst, t.wall)], []
-        dropped["deadline"] = len(ts) + len(vs) - len(kept_t) - len(kept_v)
-        ts, vs = kept_t, kept_v
-    if not ts or (has_v and not vs):
-        return _Pruned([], [], {}, dropped)
-
-    tb = {t.id: _use_bounds(t.use) for t in ts}
-    vb = {v.id: _use_bounds(v.use) for v in vs}
-    leases: dict[tuple[str, str], Bounds] = {}
-    t_by_key: dict[tuple, list[Candidate]] = defaultdict(list)
-    for t in ts:
-        t_by_key[t.use.key].append(t)
-    for v in vs:
-        for t in t_by_key.get(v.use.key, ()):
-            if compatible(v, t) and _fits(inst, v.wall + G + t.wall):
-                found = _lease_bounds(v.use, t.use, G)
+    ts, vs = list(inst.train), list(inst.validate)
+    if not ts or (inst.validate and not vs):
+        return _Pruned([], [], {}, {})
+    keys: dict[Hashable, int] = {}
+    key_id = lambda k: keys.setdefault(k, len(keys))  # noqa: E731
+    groups: dict[tuple[str, str], int] = {}
+    t_b = [_widened(use_bounds(t.use)) for t in ts]  # type: ignore[arg-type]
+    tr = TrainArrays(
+        lo=np.array([b[0] for b in t_b]), hi=np.array([b[1] for b in t_b]),
+        wall=np.array([float(t.wall) for t in ts]),
+        group=np.array([groups.setdefault(t.group, len(groups)) for t in ts], dtype=np.int64),
+        need=np.array([key_id(t.signature) if vs else -1 for t in ts], dtype=np.int64),
+        tokens=np.array([float(t.tokens) for t in ts]) if inst.rank_by == "per_token" else None)
+    va = None
+    if vs:
+        v_b = [_widened(use_bounds(v.use)) for v in vs]  # type: ignore[arg-type]
+        v_keys = [[key_id(k) for k in _keys(v)] for v in vs]
+        width = max(len(k) for k in v_keys)
+        va = ValidateArrays(
+            lo=np.array([b[0] for b in v_b]), hi=np.array([b[1] for b in v_b]),
+            wall=np.array([float(v.wall) for v in vs]), destroy_wall=np.array([float(_destroy_wall(v)) for v in vs]),
+            keys=np.array([k + [-1] * (width - len(k)) for k in v_keys], dtype=np.int64))
+    pairs, lease_b = [], []
+    by_key: dict[tuple, list[int]] = defaultdict(list)
+    for j, t in enumerate(ts):
+        by_key[t.use.key].append(j)
+    for i, v in enumerate(vs):
+        for j in by_key.get(v.use.key, ()):
+            if compatible(v, ts[j]) and _fits(inst, v.wall + G + ts[j].wall):
+                found = lease_bounds(v.use, ts[j].use, G)  # type: ignore[arg-type]
                 if found is not None:
-                    leases[(v.id, t.id)] = found
-    all_vs = vs
-
-    # 2. validation dominance within a signature, by wall hours, as a destroy-path partner (a
-    #    validation that can lease with a training run stays in `leases` for that pair)
-    if has_v:
-        by_sig: dict[Hashable, list[Candidate]] = defaultdict(list)
-        for v in vs:
-            for key in _keys(v):
-                by_sig[key].append(v)
-        survivors: set[str] = set()
-        for group in by_sig.values():
-            group.sort(key=lambda v: (_destroy_wall(v), vb[v.id].hi, v.id))
-            best: tuple[Decimal, bool] = (_INF, True)
-            for v in group:
-                b = vb[v.id]
-                if (b.lo, b.unknown) < best:
-                    survivors.add(v.id)
-                if (b.hi, b.unknown) < best:
-                    best = (b.hi, b.unknown)
-        kept_v = [v for v in vs if v.id in survivors]
-        dropped["dominated"] = len(vs) - len(kept_v)
-        vs = kept_v
-
-    # 3. bounds on each training candidate's best plan, then groups
-    partners = _Partners(vs, vb)
-    lower: dict[str, Decimal] = {}
-    upper: dict[str, Decimal] = {}
-    budget = inst.budget if inst.budget is not None else _INF
-    lease_by_t: dict[str, list[Bounds]] = defaultdict(list)
-    for (_, tid), lb in leases.items():
-        lease_by_t[tid].append(lb)
-    for t in ts:
-        b = tb[t.id]
-        if not has_v:
-            lo, hi = b.lo, b.hi
-        else:
-            v_lo, v_hi = partners.best(t.signature, _room(inst, t))
-            lo, hi = b.lo + v_lo, b.hi + v_hi
-            for lb in lease_by_t.get(t.id, ()):
-                lo, hi = min(lo, lb.lo), min(hi, lb.hi)
-        lower[t.id] = _score(inst, lo, t) if lo != _INF and lo <= budget else _INF
-        upper[t.id] = _score(inst, hi, t) if hi != _INF and hi <= budget else _INF
-    group_ub: dict[tuple[str, str], Decimal] = defaultdict(lambda: _INF)
-    for t in ts:
-        group_ub[t.group] = min(group_ub[t.group], upper[t.id])
-    finite = sorted(u for u in group_ub.values() if u != _INF)
-    threshold = finite[top_k - 1] if len(finite) >= top_k else _INF
-    kept_t = [t for t in ts if lower[t.id] != _INF and lower[t.id] <= min(group_ub[t.group], threshold)]
-    dropped["bounds"] = len(ts) - len(kept_t)
-    kept_ids = {t.id for t in kept_t}
-    leases = {k: b for k, b in leases.items() if k[1] in kept_ids}
-    if has_v:
-        needed = {vid for vid, _ in leases} | partners.needed(kept_t, lambda t: _room(inst, t))
-        vs = [v for v in all_vs if v.id in needed]
-    return _Pruned(vs, kept_t, leases, dropped)
-
-
-def _use_bounds(use: Use | RoughUse) -> Bounds:
-    """Billing's bounds for a candidate: exact-terms bounds, or the first pass's rough ones."""
-    return rough_use_bounds(use) if isinstance(use, RoughUse) else use_bounds(use)
-
-
-def _lease_bounds(v: Use | RoughUse, t: Use | RoughUse, idle_hours: Decimal) -> Bounds | None:
-    if isinstance(v, RoughUse):
-        return rough_lease_bounds(v, t, float(idle_hours))  # type: ignore[arg-type]
-    return lease_bounds(v, t, idle_hours)  # type: ignore[arg-type]
+                    pairs.append((i, j))
+                    lease_b.append(_widened(found))
+    le = LeaseArrays(np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.int64),
+                     np.array([b[0] for b in lease_b]), np.array([b[1] for b in lease_b])) if pairs else LeaseArrays.empty()
+    kept = prune_arrays(tr, va, le, idle_hours=float(G), deadline=None if inst.deadline_hours is None
+                        else float(inst.deadline_hours), budget=None if inst.budget is None else float(inst.budget),
+                        top_k=top_k)
+    leases = {(vs[i].id, ts[j].id): Bounds(Decimal(lo), Decimal(hi), False)
+              for i, j, lo, hi, ok in zip(le.v, le.t, le.lo, le.hi, kept.leases) if ok}
+    return _Pruned([v for v, ok in zip(vs, kept.validate) if ok], [t for t, ok in zip(ts, kept.train) if ok],
+                   leases, kept.dropped)
 
 
 def _keys(v: Candidate) -> Iterable[Hashable]:
     return v.signature if isinstance(v.signature, frozenset) else (v.signature,)
-
-
-def _room(inst: PlanInstance, t: Candidate) -> Decimal | None:
-    """The most wall-clock a destroyed validation may take before training `t`."""
-    return None if inst.deadline_hours is None else inst.deadline_hours - inst.idle_hours - t.wall
-
-
-class _Partners:
-    """Validation candidates per signature, ordered by wall clock when destroyed, with prefix
-    minima of their bounds: the best destroy-path partner of a training run in O(log n)."""
-
-    def __init__(self, vs: Sequence[Candidate], bounds: dict[str, Bounds]):
-        groups: dict[Hashable, list[Candidate]] = defaultdict(list)
-        for v in vs:
-            for key in _keys(v):
-                groups[key].append(v)
-        self.walls: dict[Hashable, list[Decimal]] = {}
-        self.ids: dict[Hashable, list[str]] = {}
-        self.lo: dict[Hashable, list[Decimal]] = {}
-        self.hi: dict[Hashable, list[Decimal]] = {}
-        for key, group in groups.items():
-            group.sort(key=_destroy_wall)
-            lo, hi, low, high = [], [], _INF, _INF
-            for v in group:
-                low, high = min(low, bounds[v.id].lo), min(high, bounds[v.id].hi)
-                lo.append(low)
-                hi.append(high)
-            self.walls[key], self.ids[key] = [_destroy_wall(v) for v in group], [v.id for v in group]
-            self.lo[key], self.hi[key] = lo, hi
-
-    def _count(self, key: Hashable, limit: Decimal | None) -> int:
-        walls = self.walls.get(key, [])
-        return len(walls) if limit is None else bisect.bisect_right(walls, limit)
-
-    def best(self, key: Hashable, limit: Decimal | None) -> tuple[Decimal, Decimal]:
-        n = self._count(key, limit)
-        return (self.lo[key][n - 1], self.hi[key][n - 1]) if n else (_INF, _INF)
-
-    def needed(self, ts: Iterable[Candidate], room) -> set[str]:  # type: ignore[no-untyped-def]
-        """Every validation that some training run in `ts` could pair with (destroy path)."""
-        widest: dict[Hashable, Decimal | None] = {}
-        for t in ts:
-            r = room(t)
-            if t.signature not in widest or (widest[t.signature] is not None and (r is None or r > widest[t.signature])):
-                widest[t.signature] = r
-        out: set[str] = set()
-        for key, limit in widest.items():
-            out.update(self.ids.get(key, [])[:self._count(key, limit)])
-        return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from decimal import Decimal
 from fractions import Fraction
 from itertools import product
 
+import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -567,49 +568,55 @@ hours_of = st.integers(1, 40000).map(lambda n: D(n) / 100)  # 0.01 .. 400 h
 gb_of = st.sampled_from([D(0), D(15), D(40), D(300)])
 
 
+def _rough(o: Offer, fx: FxTable):  # noqa: ANN202
+    from rentopt.optimizer.billing import PriceColumns
+    from rentopt.optimizer.offer_table import OfferTable
+
+    table = OfferTable.from_offers([o])
+    factor = np.array([float(fx.convert(D(1), o.currency, "USD", on=o.fetched_at))])
+    return PriceColumns(table, 0, factor, "USD")
+
+
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(priced_offers(), st.data())
 def test_rough_bounds_contain_the_exact_bills(o, data):
-    from rentopt.optimizer.billing import (
-        RoughUse,
-        price_alone,
-        rough_lease_bounds,
-        rough_lease_refused,
-        rough_prices,
-        rough_use_bounds,
-    )
+    from rentopt.optimizer.billing import alone_bounds_arrays, lease_bounds_arrays, price_alone
 
     fx7 = FxTable.load(overrides={"CNY": D(7)})
     exact_terms = offer_terms(o, fx7, "USD")
-    prices = rough_prices(o, fx7, "USD", False)
-
-    def both(uid, kind, nodes, hours, disk, imp, out, out_hours=D(0)):
-        exact = Use(uid, kind, exact_terms, False, nodes, hours, disk, imp, out, out_hours)
-        rough = RoughUse(uid, kind, prices, nodes, hours, float(disk), float(imp), float(out), out_hours)
-        return exact, rough
-
-    ve, vr = both("v", "validate", 1, data.draw(hours_of), data.draw(gb_of), data.draw(gb_of), data.draw(gb_of),
-                  data.draw(st.sampled_from([D(0), D("0.5")])))
-    te, tr = both("t", "train", data.draw(st.sampled_from([1, 2, 3])), data.draw(hours_of), data.draw(gb_of),
-                  data.draw(gb_of), data.draw(gb_of))
-    for exact, rough in ((ve, vr), (te, tr)):
+    p = _rough(o, fx7)
+    row = np.array([0])
+    v_hours, v_disk, v_imp, v_out = data.draw(hours_of), data.draw(gb_of), data.draw(gb_of), data.draw(gb_of)
+    v_out_hours = data.draw(st.sampled_from([D(0), D("0.5")]))
+    nodes = data.draw(st.sampled_from([1, 2, 3]))
+    t_hours, t_disk, t_imp, t_out = data.draw(hours_of), data.draw(gb_of), data.draw(gb_of), data.draw(gb_of)
+    ve = Use("v", "validate", exact_terms, False, 1, v_hours, v_disk, v_imp, v_out, v_out_hours)
+    te = Use("t", "train", exact_terms, False, nodes, t_hours, t_disk, t_imp, t_out)
+    for exact, args in ((ve, ("validate", np.array([1]), np.array([float(v_hours)]), float(v_disk), float(v_imp),
+                              float(v_out), np.array([float(v_out_hours)]))),
+                        (te, ("train", np.array([nodes]), np.array([float(t_hours)]), float(t_disk), float(t_imp),
+                              float(t_out)))):
         total = sum((s.cost for s in price_alone(exact)), D(0))
-        b = rough_use_bounds(rough)
-        assert b.lo <= total <= b.hi, (exact.kind, float(b.lo), total, float(b.hi))
+        lo, hi, _ = alone_bounds_arrays(p, row, *args)
+        assert lo[0] <= total <= hi[0], (exact.kind, lo[0], total, hi[0])
     gap = data.draw(st.sampled_from([D(0), D(5), D(48), D(500)]))
+    # the lease's quantities are the validation's and the training's (same disk, import, export)
+    te = Use("t", "train", exact_terms, False, nodes, t_hours, t_disk, v_imp, t_out)
     refused = lease_refusal(ve, te, gap)
-    if rough_lease_refused(vr, tr, float(gap)):
+    allowed, lo, hi, _ = lease_bounds_arrays(p, row, np.array([float(v_hours)]), np.array([float(t_hours)]),
+                                             np.array([nodes]), float(gap), float(v_disk), float(t_disk),
+                                             float(v_imp), float(t_out))
+    if not allowed[0]:
         assert refused is not None  # the rough pass only refuses what the exact rules refuse
     if refused is None:
         lease = price_plan(Choice("v", "t", "continue" if gap == 0 else "stop"), {"v": ve, "t": te}, gap).total
-        b = rough_lease_bounds(vr, tr, float(gap))
-        assert b is not None and b.lo <= lease <= b.hi, (float(b.lo), lease, float(b.hi))
+        assert allowed[0] and lo[0] <= lease <= hi[0], (lo[0], lease, hi[0])
 
 
 def test_rough_lease_bounds_allow_a_mixed_cover_below_any_single_option():
     # 2.00/h or a 30.00 day: 4 h + 30 h on one instance = 34 h = a day + 10 h = 50.00, while the
     # best single option alone is 2 days = 60.00. The rough lower bound must not exceed 50.
-    from rentopt.optimizer.billing import RoughUse, rough_lease_bounds, rough_prices
+    from rentopt.optimizer.billing import lease_bounds_arrays
 
     fx = FxTable.load()
     o = offer([PriceOption(unit=HOUR, amount=D("2.00")), PriceOption(unit=DAY, amount=D("30"))], currency="USD")
@@ -617,6 +624,6 @@ def test_rough_lease_bounds_allow_a_mixed_cover_below_any_single_option():
     v, tr = use(t, "v", "validate", 4), use(t, "t", "train", 30)
     exact = price_plan(Choice("v", "t", "continue"), {"v": v, "t": tr}, D(0)).total
     assert exact == D("50.00")
-    p = rough_prices(o, fx, "USD", False)
-    b = rough_lease_bounds(RoughUse("v", "validate", p, 1, D(4), 0, 0, 0), RoughUse("t", "train", p, 1, D(30), 0, 0, 0), 0.0)
-    assert b.lo <= exact <= b.hi
+    allowed, lo, hi, _ = lease_bounds_arrays(_rough(o, fx), np.array([0]), np.array([4.0]), np.array([30.0]),
+                                             np.array([1]), 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert allowed[0] and lo[0] <= exact <= hi[0]

@@ -171,6 +171,14 @@ def test_a_validation_whose_bounds_are_loose_does_not_hide_a_cheaper_one():
     assert (plan.choice.validate, plan.total) == ("vmet", D("27.50"))  # 7.50 + 20.00, not 30 + 20
 
 
+def test_a_slower_validation_a_little_cheaper_wins_when_time_allows():
+    # fast: 2 h x 5.00 = 10.00; slow: 4 h x 2.375 = 9.50 (5 % less). No deadline: the slow one.
+    fast, slow = terms("fast", "5.00", "pf"), terms("slow", "2.375", "ps")
+    inst = PlanInstance((validate("vfast", fast, "2"), validate("vslow", slow, "4")), (train("ta", A, "10"),))
+    [plan] = solve(inst).plans
+    assert (plan.choice.validate, plan.total) == ("vslow", D("29.50"))
+
+
 def test_a_lease_priced_between_its_bounds_is_found():
     # Offer m: 2.00/h or a 30.00 day. Validation 4 h + training 30 h on m as one rental = 34 h =
     # a day + 10 h metered = 50.00 (a single option alone: 2 days = 60). Destroying instead

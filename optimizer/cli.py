@@ -1,14 +1,19 @@
 """The `rentopt` command line. Thin: parse flags, call one library function, render.
 
 Domain errors become one line on stderr and an exit code (2 bad input, 3 no feasible plan,
-1 anything else); they never surface as a traceback. Heavy modules (the solver, HTTP) are
-imported inside the commands that need them, so `rentopt estimate` starts fast.
+4 rentopt's own files cannot be used, 1 anything else); they never surface as a traceback.
+Heavy modules (the solver, HTTP) are imported inside the commands that need them, so
+`rentopt estimate` starts fast.
+
+Every number a user types is bounded here, at the boundary: finite, positive where it must be,
+and at most a stated maximum far beyond any real job (ten years of training, a petabyte of
+data), so the planner's exact integer arithmetic never meets an absurd value.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,13 +52,46 @@ def describe_validation_error(exc: Any) -> str:
 
 
 def fail(message: str, code: int) -> None:
-    click.echo(f"rentopt: error: {message}", err=True)
+    click.echo(f"rentopt: error: {' '.join(message.split())}", err=True)
     sys.exit(code)
+
+
+# The sane maxima of the numbers a user types. Far beyond any real job, so they never bind one;
+# they keep the planner's exact integer money (CP-SAT's int64 micro-units) far from overflow.
+MAX_DAYS = 3650  # ten years; the longest term any provider sells is 3 years (AWS, Azure reservations)
+MAX_HOURS = 8760  # a year, for --validate-hours and --checkpoint-every
+# 1e15 tokens: 60 x Llama 3's 15.6T pre-training tokens (Meta, "The Llama 3 Herd of Models", 2024).
+MAX_TOKENS = 1e15
+MAX_DATA_GB = 1_000_000  # a petabyte
+MAX_BUDGET = 1_000_000_000_000  # 1e12 in the quote currency
+# Per GPU: the largest GPU memory sold is 288 GB (AMD MI355X); a measured peak above 10x that is a typo.
+MAX_GPU_MEMORY_GB = 4096.0
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange also lets nan and inf through (every comparison with nan is False)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class Verbosity:
+    """The group's -q/-v, for commands that print progress (refresh)."""
+
+    def __init__(self, quiet: bool = False, verbose: int = 0):
+        self.quiet, self.verbose = quiet, verbose
 
 
 @click.group(cls=RentoptGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="rentopt")
-def cli() -> None:
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr: no progress or log lines.")
+@click.option("-v", "--verbose", count=True,
+              help="Log lines on stderr (retries, skipped rows): -v INFO, -vv DEBUG. Default: RENTOPT_LOG, else none.")
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     """rentopt: the cheapest way to rent GPUs for a training job, and exactly what it will be billed.
 
     \b
@@ -66,7 +104,15 @@ def cli() -> None:
 
     Prices come from the local store (RENTOPT_HOME) or, until the first refresh, from a dated
     snapshot bundled with rentopt; every output says which and how old.
+
+    -q and -v go before the command (rentopt -v refresh). Log lines are redacted (no key, token
+    or secret ever appears) and carry a timestamp when stderr is not a terminal (cron, CI).
     """
+    from rentopt.optimizer.settings import settings
+
+    current = settings()  # a bad RENTOPT_* value stops here: one line, exit 2
+    ctx.obj = Verbosity(quiet, verbose)
+    configure_logging(current.log_level, quiet=quiet, verbose=verbose)
 
 
 def workload_options(f: Any) -> Any:
@@ -104,7 +150,7 @@ def workload_options(f: Any) -> Any:
         click.option("--allow-stack", metavar="STACKS", default=None,
                      help="Also plan non-CUDA cards: rocm (AMD MI300X), gaudi (Intel Gaudi 2), ascend (Huawei 910B), "
                           "comma-separated, e.g. --allow-stack rocm,gaudi."),
-        click.option("--rope-scaling", type=click.FloatRange(min=1, min_open=True), metavar="FACTOR", default=None,
+        click.option("--rope-scaling", type=FiniteFloatRange(min=1, min_open=True), metavar="FACTOR", default=None,
                      help="RoPE scaling factor you configure (YaRN, linear): lets --seq-len go past the model's "
                           "trained context, e.g. --rope-scaling 4 for Qwen2.5 at 128K."),
         click.option("--optimizer", type=click.Choice(["adamw", "adamw-8bit", "paged-adamw", "sgd", "none"]),
@@ -118,7 +164,7 @@ def workload_options(f: Any) -> Any:
                      help="Weight quantisation for --mode inference."),
         click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="NF4 double quantisation (QLoRA)."),
         click.option("--chunked-loss", is_flag=True, help="Chunked/fused cross-entropy (torchtune, Liger, unsloth)."),
-        click.option("--margin", type=click.FloatRange(0, 1), default=0.15, show_default=True,
+        click.option("--margin", type=FiniteFloatRange(0, 1), default=0.15, show_default=True,
                      help="Headroom required over the nvidia-smi view, for fragmentation and spikes the "
                           "estimate does not model (0.15 = 15 %)."),
     ]
@@ -177,7 +223,7 @@ def _capabilities(kw: dict[str, Any]) -> Any:
                    "on --gpus of them in total.")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Spread --gpus over this many nodes (needs --fabric-gbps when more than 1).")
-@click.option("--fabric-gbps", type=click.FloatRange(min=0, min_open=True), metavar="GBPS",
+@click.option("--fabric-gbps", type=FiniteFloatRange(min=0, min_open=True, max=1e6), metavar="GBPS",
               help="InfiniBand/RoCE bandwidth per node in Gb/s for --nodes > 1 (e.g. 400, 1600, 3200).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def estimate_command(fmt: str, gpu_name: str | None, nodes: int, fabric_gbps: float | None, **kw: Any) -> None:
@@ -241,50 +287,64 @@ def _tokens_option(ctx: click.Context, param: click.Parameter, value: str | None
         raise click.BadParameter(f"{value!r} is not a token count (e.g. 2e9, 500M, 2B)") from None
     if not math.isfinite(n) or n <= 0:
         raise click.BadParameter("must be a positive number of tokens")
+    if n < 1 or n > MAX_TOKENS:
+        raise click.BadParameter(f"must be from 1 to {MAX_TOKENS:.0e} tokens")
     return n
 
 
-def _decimal_option(*, allow_zero: bool) -> Any:
-    """A click callback parsing a Decimal flag: positive, or non-negative when `allow_zero`."""
+def _decimal_option(*, allow_zero: bool, maximum: float) -> Any:
+    """A click callback parsing a Decimal flag: positive (or non-negative when `allow_zero`),
+    finite and at most `maximum`."""
     def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
         from decimal import Decimal, InvalidOperation
 
         if value is None:
             return None
         try:
-            amount = Decimal(value)
-        except InvalidOperation:
+            amount = Decimal(value.strip())
+        except (InvalidOperation, ValueError):
             raise click.BadParameter(f"{value!r} is not a number") from None
         if not amount.is_finite() or amount < 0 or (amount == 0 and not allow_zero):
             raise click.BadParameter("must not be negative" if allow_zero else "must be a positive number")
+        if amount > Decimal(repr(maximum)):
+            raise click.BadParameter(f"{value} is more than the sane maximum, {maximum:,g}")
+        # Beyond micro-units nothing is billed; a 1e-400 would only make the arithmetic inexact.
+        if amount and amount < Decimal("0.000001"):
+            raise click.BadParameter(f"{value} is too small to mean anything (below 0.000001)")
         return amount
 
     return parse
 
 
-_positive_decimal_option = _decimal_option(allow_zero=False)
-_non_negative_decimal_option = _decimal_option(allow_zero=True)
+_days_option = _decimal_option(allow_zero=False, maximum=MAX_DAYS)
+_idle_days_option = _decimal_option(allow_zero=True, maximum=MAX_DAYS)
+_hours_option = _decimal_option(allow_zero=False, maximum=MAX_HOURS)
+_data_gb_option = _decimal_option(allow_zero=True, maximum=MAX_DATA_GB)
+_budget_option = _decimal_option(allow_zero=False, maximum=MAX_BUDGET)
+# --max-price of `rentopt offers`, per node-hour: far above 200 per GPU-hour (optimizer/sanity.py)
+# x 1024 GPUs (offers_io.OFFER_LIMITS) in JPY.
+_positive_decimal_option = _decimal_option(allow_zero=False, maximum=1e9)
 
 
 @cli.command("quote")
 @workload_options
 @click.option("--tokens", callback=_tokens_option, metavar="T",
               help="The job's size in training tokens (2e9, 500M, 2B); every plan is priced for them.")
-@click.option("--epochs", type=click.FloatRange(min=0, min_open=True), metavar="E",
+@click.option("--epochs", type=FiniteFloatRange(min=0, min_open=True, max=1e6), metavar="E",
               help="With --dataset-tokens: the job is E passes over the dataset.")
 @click.option("--dataset-tokens", callback=_tokens_option, metavar="N", help="Tokens in the dataset (with --epochs).")
-@click.option("--days", callback=_positive_decimal_option, metavar="D",
+@click.option("--days", callback=_days_option, metavar="D",
               help="The job takes D days on the reference layout --on; converted to tokens (the deadline defaults "
                    "to the reference's own finish).")
 @click.option("--on", "on_spec", metavar="SPEC",
               help="The reference layout for --days: 8xRTX-4090, A100-SXM-80GB, 2xH100-SXM-80GB. Default: the fewest "
                    "A100-SXM-80GB that hold the job.")
-@click.option("--rent-days", callback=_positive_decimal_option, metavar="D",
+@click.option("--rent-days", callback=_days_option, metavar="D",
               help="A fixed rental period instead: each plan trains D days; ranked by cost per billion tokens.")
 @click.option("--gpu", "gpu_names", multiple=True, metavar="GPU[:N]",
               help="Only these GPUs (comma list or repeated; ':8' also fixes the GPUs per node): H100-SXM-80GB,A100:8.")
 @click.option("--exclude-gpu", "exclude_gpus", multiple=True, metavar="GPU", help="Never these GPUs (comma list or repeated).")
-@click.option("--min-gpu-memory", type=click.FloatRange(min=0), metavar="GB", help="Only GPUs with at least GB of memory.")
+@click.option("--min-gpu-memory", type=FiniteFloatRange(min=0), metavar="GB", help="Only GPUs with at least GB of memory.")
 @click.option("--max-nodes", type=click.IntRange(min=1, max=64), default=8, show_default=True,
               help="At most this many nodes of one offer (multi-node needs InfiniBand/RoCE >= 200 Gb/s).")
 @click.option("--providers", "providers", metavar="A,B", help="Only offers from these providers.")
@@ -292,27 +352,27 @@ _non_negative_decimal_option = _decimal_option(allow_zero=True)
               help="Plan over this JSON (`rentopt offers --format json`) or hand-written CSV instead of the store.")
 @click.option("--currency", default="USD", show_default=True, help="Currency of the quote (offers are converted).")
 @click.option("--fx", "fx_overrides", multiple=True, metavar="CODE=RATE", help="Exchange rate override, units per USD (--fx CNY=7.1).")
-@click.option("--validate-hours", callback=_positive_decimal_option, default="4", show_default=True, metavar="H",
+@click.option("--validate-hours", callback=_hours_option, default="4", show_default=True, metavar="H",
               help="Length of the validation run: the same job at micro-batch 1, on a cheap instance of the training GPU.")
 @click.option("--no-validate", is_flag=True, help="Skip the validation stage.")
-@click.option("--idle-days", callback=_non_negative_decimal_option, default="0", show_default=True, metavar="N",
+@click.option("--idle-days", callback=_idle_days_option, default="0", show_default=True, metavar="N",
               help="Gap between validation and training (keep the instance stopped, or destroy: priced both ways).")
-@click.option("--keep-checkpoints", type=click.IntRange(min=0), default=2, show_default=True,
+@click.option("--keep-checkpoints", type=click.IntRange(min=0, max=1000), default=2, show_default=True,
               help="Checkpoints kept on disk (2: the latest and the best).")
-@click.option("--data-gb", callback=_non_negative_decimal_option, default="10", show_default=True, metavar="GB",
+@click.option("--data-gb", callback=_data_gb_option, default="10", show_default=True, metavar="GB",
               help="Dataset size on the instance's disk.")
-@click.option("--deadline-days", callback=_positive_decimal_option, metavar="D",
+@click.option("--deadline-days", callback=_days_option, metavar="D",
               help="Validation, gap and training done within D days, at the slow end of the speed range.")
-@click.option("--budget", callback=_positive_decimal_option, metavar="X", help="Total at most X in --currency.")
+@click.option("--budget", callback=_budget_option, metavar="X", help="Total at most X in --currency.")
 @click.option("--top", type=click.IntRange(min=1, max=50), default=5, show_default=True,
               help="Plans to show, each on a different provider or GPU.")
 @click.option("--spot/--no-spot", default=False, show_default=True,
               help="Also consider interruptible prices, priced with the expected cost of lost work.")
-@click.option("--checkpoint-every", callback=_positive_decimal_option, default="1", show_default=True, metavar="H",
+@click.option("--checkpoint-every", callback=_hours_option, default="1", show_default=True, metavar="H",
               help="Hours between checkpoints (what a spot preemption loses).")
-@click.option("--measured-peak-gb", type=click.FloatRange(min=0, min_open=True), metavar="G",
+@click.option("--measured-peak-gb", type=FiniteFloatRange(min=0, min_open=True, max=MAX_GPU_MEMORY_GB), metavar="G",
               help="Peak GPU memory measured in validation (nvidia-smi): re-plan from it instead of the estimate.")
-@click.option("--measured-tokens-per-second", type=click.FloatRange(min=0, min_open=True), metavar="R",
+@click.option("--measured-tokens-per-second", type=FiniteFloatRange(min=0, min_open=True, max=1e9), metavar="R",
               help="Tokens/s measured in validation: calibrates every layout's speed (where: --measured-on).")
 @click.option("--measured-on", "measured_on", metavar="SPEC",
               help="The layout the measurements were taken on (default: the --days reference).")
@@ -447,7 +507,7 @@ def models_command(model: str | None, fmt: str) -> None:
 @click.argument("name", required=False)
 @click.option("--class", "gpu_class", type=click.Choice(["datacenter", "workstation", "consumer"]),
               help="Only GPUs of this class.")
-@click.option("--min-memory", type=click.FloatRange(min=0), metavar="GB", help="Only GPUs with at least GB of memory.")
+@click.option("--min-memory", type=FiniteFloatRange(min=0), metavar="GB", help="Only GPUs with at least GB of memory.")
 @click.option("--names", is_flag=True, help="List every spelling rentopt reads and the catalog id(s) it maps to.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table for people; json (GpuSpec objects with sources and notes) for scripts.")
@@ -531,41 +591,74 @@ def _comma_list(value: str | None) -> list[str] | None:
               help="Only these provider plugins (comma-separated; `rentopt providers` lists them). Default: all.")
 @click.option("--from", "source", metavar="FILE|URL",
               help="Import a snapshot file written by `rentopt snapshot export` (a team's nightly catalog) instead.")
-@click.option("--quiet", is_flag=True, help="Print nothing but errors (for cron).")
-def refresh_command(names: str | None, source: str | None, quiet: bool) -> None:
+@click.option("--quiet", is_flag=True, help="Print nothing but errors (for cron); the same as `rentopt -q refresh`.")
+@click.option("--time-budget", type=FiniteFloatRange(min=0, min_open=True, max=86400), metavar="SECONDS",
+              help="Seconds each provider may take in all (every request, retry and wait) before it fails "
+                   "like any other fault. Default: RENTOPT_REFRESH_BUDGET, else 300.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: exit_code, store, and per provider status, counts, error and problems.")
+@click.pass_obj
+def refresh_command(verbosity: Verbosity | None, names: str | None, source: str | None, quiet: bool,
+                    time_budget: float | None, fmt: str) -> None:
     """Fetch current prices from every provider plugin into the local price store.
 
     \b
     Examples:
       rentopt refresh
-      rentopt refresh --providers vast,runpod
+      rentopt refresh --providers vast,runpod --time-budget 60
       rentopt refresh --providers skypilot       # SkyPilot's catalog: gcp, azure, lambda, ...
       rentopt refresh --from https://ci.example.com/rentopt-snapshot.json.gz
+      rentopt refresh --format json | jq '.providers[] | select(.status != "ok")'
       15 3 * * *  rentopt refresh --quiet        # nightly from cron
 
     Plugins are fetched at the same time; each provider's prices are stored on their own. One
-    that fails keeps its last good prices (marked stale); one without its API key is skipped with
-    the variable to set. The skypilot plugin reads RENTOPT_SKYPILOT_CATALOG (a folder or URL of
-    <cloud>/vms.csv files), else ~/.sky/catalogs/v8, else SkyPilot's published catalog. When two
-    plugins deliver the same provider (vast directly and from SkyPilot's catalog), the newer
-    prices are kept, never a mix. Exit status: 0 all refreshed, 1 some failed, 2 none succeeded.
-    """
-    from rentopt.optimizer.refresh import format_report, run_import, run_refresh
+    that fails (an error, a timeout, a slow or hung server past its time budget) keeps its last
+    good prices (marked stale); one without its API key is skipped with the variable to set. The
+    skypilot plugin reads RENTOPT_SKYPILOT_CATALOG (a folder or URL of <cloud>/vms.csv files),
+    else ~/.sky/catalogs/v8, else SkyPilot's published catalog. When two plugins deliver the same
+    provider (vast directly and from SkyPilot's catalog), the newer prices are kept, never a mix.
 
-    if source is not None:
-        if names:
-            raise click.UsageError("--from imports a whole snapshot file; leave out --providers")
-        report = run_import(source)
-        if quiet:
-            for r in report.results:
-                if r.status == "failed":
-                    click.echo(f"rentopt: {r.label}: {r.status}: {r.error}", err=True)
+    A row whose price is outside the sane range is rejected and counted ("bad prices"), never
+    stored: per GPU-hour 0.001 to 200 USD (0.006 to 1500 CNY; other currencies at their exchange
+    rate), storage up to 5 USD per GB-month, transfer up to 5 USD per GB - an order of magnitude
+    beyond the cheapest consumer card and the dearest 8-GPU node on sale.
+
+    \b
+    Exit status (for cron):
+      0  every selected provider refreshed
+      1  some failed (their last good prices are kept)
+      2  bad input: a flag or a RENTOPT_* variable
+      3  none succeeded
+      4  rentopt's own files cannot be used (RENTOPT_HOME read-only or not a directory, disk
+         full, the store damaged or being written by another refresh)
+    """
+    from dataclasses import replace
+
+    from rentopt.optimizer.errors import FileSystemError, StoreError
+    from rentopt.optimizer.refresh import EXIT_LOCAL_FILES, format_report, report_json, run_import, run_refresh
+    from rentopt.providers.base import HttpSettings
+
+    verbosity = verbosity or Verbosity()
+    quiet = quiet or verbosity.quiet
+    settings = HttpSettings.from_env()
+    if time_budget is not None:
+        settings = replace(settings, budget_s=time_budget)
+    show_progress = not quiet and fmt == "table" and (sys.stderr.isatty() or verbosity.verbose > 0)
+    progress = (lambda line: click.echo(line, err=True)) if show_progress else None
+    if source is not None and names:
+        raise click.UsageError("--from imports a whole snapshot file; leave out --providers")
+    try:
+        if source is not None:
+            report = run_import(source)
         else:
-            click.echo(format_report(report))
-        sys.exit(report.exit_code)
-    progress = (lambda line: click.echo(line, err=True)) if not quiet and sys.stderr.isatty() else None
-    report = run_refresh(_comma_list(names), progress=progress)
-    if quiet:
+            report = run_refresh(_comma_list(names), progress=progress, settings=settings)
+    except FileSystemError:
+        raise
+    except StoreError as exc:  # damaged, foreign, newer or locked: rentopt's own files, for cron
+        fail(str(exc), EXIT_LOCAL_FILES)
+    if fmt == "json":
+        click.echo(report_json(report))
+    elif quiet:
         for r in report.results:
             if r.status == "failed" or (r.status == "skipped" and r.requested):
                 click.echo(f"rentopt: {r.label}: {r.status}: {r.error}", err=True)
@@ -577,7 +670,7 @@ def refresh_command(names: str | None, source: str | None, quiet: bool) -> None:
 @cli.command("offers")
 @click.option("--gpu", metavar="GPU", help="A catalog id or alias (H100-SXM-80GB, 'RTX 4090'; see `rentopt gpus`).")
 @click.option("--min-gpus", type=click.IntRange(min=1), help="At least this many GPUs per node.")
-@click.option("--min-gpu-memory", type=click.FloatRange(min=0), metavar="GB", help="At least GB of memory per GPU.")
+@click.option("--min-gpu-memory", type=FiniteFloatRange(min=0), metavar="GB", help="At least GB of memory per GPU.")
 @click.option("--providers", "--provider", "providers", metavar="A,B",
               help="Only these providers (comma-separated), as in quote and report; --provider also works.")
 @click.option("--max-price", callback=_positive_decimal_option, metavar="PRICE",
@@ -645,18 +738,22 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
 
 
 @cli.command("providers")
-def providers_command() -> None:
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: per provider key status (never the key), offers, last success, stale, last error.")
+def providers_command(fmt: str) -> None:
     """Show each provider plugin: API key set (never the key), last refresh, staleness, errors.
 
     \b
-    Example:
+    Examples:
       rentopt providers
+      rentopt providers --format json
 
     Also lists plugins that failed to load. Reads the price store without changing it.
     """
-    from rentopt.optimizer.refresh import format_overview, provider_overview
+    from rentopt.optimizer.refresh import format_overview, overview_json, provider_overview
 
-    click.echo(format_overview(provider_overview()))
+    overview = provider_overview()
+    click.echo(overview_json(overview) if fmt == "json" else format_overview(overview))
 
 
 @cli.group("snapshot")
@@ -743,21 +840,71 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
         click.echo(f"wrote {output}", err=True)
 
 
-def _configure_logging() -> None:
-    """Warnings (a skipped row, a failed provider) reach the user through the command's own
-    summary; RENTOPT_LOG=INFO or DEBUG also prints the log lines to stderr."""
-    import logging
+LOG_HANDLER_NAME = "rentopt-cli"
+# ISO 8601 local time with its offset, as cron mail and CI logs are read.
+LOG_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 
-    level = os.environ.get("RENTOPT_LOG", "").upper()
-    if level in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        logging.basicConfig(level=level, format="%(name)s: %(levelname)s: %(message)s")
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (click's test runner swaps it per call)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def configure_logging(level: str | None, *, quiet: bool = False, verbose: int = 0) -> None:
+    """Log lines on stderr at `level` (RENTOPT_LOG), or as -q/-v say; none by default.
+
+    By default warnings (a skipped row, a failed provider) reach the user through the command's
+    own summary, not as log lines. Every record passes the redacting filter (no key, token or
+    secret, even in the full request URLs httpx logs at INFO); lines carry a timestamp when
+    stderr is not a terminal.
+    """
+    from rentopt.optimizer.redact import RedactingFilter, install_logger_filters
+
+    install_logger_filters()
+    if quiet:
+        level = "ERROR" if level else None
+    elif verbose:
+        level = "DEBUG" if verbose > 1 else "INFO"
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.name == LOG_HANDLER_NAME]:
+        root.removeHandler(old)
+    handler: logging.Handler
+    if level is None:
+        # A handler that drops everything keeps Python's last-resort handler from printing warnings.
+        handler = logging.NullHandler()
     else:
-        logging.getLogger("rentopt").addHandler(logging.NullHandler())
-        logging.getLogger("rentopt").propagate = False
+        handler = _StderrHandler()
+        tty = sys.stderr.isatty()
+        handler.setFormatter(logging.Formatter(
+            "%(name)s: %(levelname)s: %(message)s" if tty else "%(asctime)s %(name)s: %(levelname)s: %(message)s",
+            datefmt=LOG_TIME_FORMAT,
+        ))
+        handler.setLevel(level)
+        handler.addFilter(RedactingFilter())
+        root.setLevel(min(root.level or logging.WARNING, logging.getLevelName(level)))
+    handler.name = LOG_HANDLER_NAME
+    root.addHandler(handler)
+
+
+def _debug_requested() -> bool:
+    from rentopt.optimizer.settings import SettingsError, settings
+
+    try:
+        return settings().debug
+    except SettingsError:
+        return False
 
 
 def main() -> None:
-    _configure_logging()
+    from rentopt.optimizer.settings import SettingsError, settings
+
+    try:
+        configure_logging(settings().log_level)
+    except SettingsError as exc:
+        fail(str(exc), exc.exit_code)
     try:
         cli.main(prog_name="rentopt", standalone_mode=False)
     except click.UsageError as exc:
@@ -772,8 +919,16 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("rentopt: interrupted", err=True)
         sys.exit(130)
+    except RentoptError as exc:  # raised outside a command (the group's own checks)
+        fail(str(exc), exc.exit_code)
+    except RecursionError:  # input nested too deeply for a parser that slipped past its checks
+        if _debug_requested():
+            raise
+        fail("the input is nested too deeply to be read", 2)
+    except MemoryError:
+        fail("out of memory: the input is too large", 2)
     except Exception as exc:  # a bug: say so in one line; the traceback only on request
-        if os.environ.get("RENTOPT_DEBUG"):
+        if _debug_requested():
             raise
         click.echo(f"rentopt: internal error: {type(exc).__name__}: {exc} (set RENTOPT_DEBUG=1 for a traceback)", err=True)
         sys.exit(1)

@@ -56,3 +56,13 @@ class ProviderError(RentoptError):
 
 class ProviderSchemaError(ProviderError):
     """A provider's response did not have the expected shape: the whole response is rejected."""
+
+
+class FileSystemError(StoreError):
+    """rentopt's own files cannot be used: RENTOPT_HOME is a file, read-only, or the disk is full.
+
+    Its own exit status (4), so cron can tell "fix the machine" from "a provider failed". The
+    message names the path and the fix, and never advises moving a healthy store aside.
+    """
+
+    exit_code = 4

@@ -5,11 +5,18 @@ provider that answers well becomes that provider's current snapshot in one trans
 that fails keeps its last good snapshot, marked stale with the error; one skipped for a missing
 key is left untouched and reported with the variable to set. Also `rentopt providers`: what
 is registered, whether its key is set (never the key), and how fresh its prices are.
+
+Exit status, for cron (`RefreshReport.exit_code`): 0 every selected provider refreshed, 1 some
+failed (their last good prices are kept), 3 none succeeded; the CLI adds 2 for bad input (a flag,
+a RENTOPT_* setting) and 4 when rentopt's own files cannot be used (RENTOPT_HOME read-only or not
+a directory, the disk full, the store damaged or held by another refresh).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -19,12 +26,20 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import IO, Literal
 
-from rentopt.optimizer.errors import StoreError
-from rentopt.optimizer.paths import rentopt_home
+from rentopt.optimizer.errors import FileSystemError, StoreError
+from rentopt.optimizer.paths import ensure_home, fs_error, rentopt_home
+from rentopt.optimizer.redact import known_secrets
 from rentopt.optimizer.store import open_readonly, open_writable, store_path
 
 LOCK_FILENAME = "refresh.lock"
 Progress = Callable[[str], None]
+log = logging.getLogger("rentopt.refresh")
+
+# Exit statuses of `rentopt refresh` (README "rentopt refresh"); 2 and 4 come from the CLI's
+# error handling (InputError, FileSystemError/StoreError).
+EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, EXIT_NONE_SUCCEEDED, EXIT_LOCAL_FILES = 0, 1, 2, 3, 4
+# Rejected rows listed by name in the summary, per plugin run; the rest are counted.
+MAX_PROBLEMS_SHOWN = 5
 
 
 @dataclass
@@ -39,6 +54,7 @@ class ProviderResult:
     changed: int = 0
     removed: int = 0
     skipped_rows: int = 0
+    rejected_rows: int = 0  # rows of the plugin's run with a price outside the sane bands (optimizer/sanity.py)
     unknown_gpus: list[str] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None  # failed: why; skipped: which variable to set; kept: whose data stays
@@ -46,6 +62,9 @@ class ProviderResult:
     plugin: str | None = None  # the plugin that fetched it, when not the provider itself
     source: str | None = None
     fetched_at: datetime | None = None
+    # Lines of the plugin's run the user must see: each rejected price (the first few), each
+    # broken price sheet (file, line, field). Shown once per plugin run.
+    problems: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -72,31 +91,42 @@ class RefreshReport:
     def exit_code(self) -> int:
         """0: every selected provider refreshed (an unrequested one skipped for lack of a key
         does not count against that); 1: some did not (their last good data is kept);
-        2: none succeeded."""
+        3: none succeeded."""
         succeeded = [r for r in self.results if r.status in ("ok", "kept")]
         missed = [r for r in self.results if r.status == "failed" or (r.status == "skipped" and r.requested)]
         if not succeeded:
-            return 2
-        return 1 if missed else 0
+            return EXIT_NONE_SUCCEEDED
+        return EXIT_SOME_FAILED if missed else EXIT_OK
 
 
 def run_refresh(names: list[str] | None = None, *, progress: Progress | None = None, settings=None,
                 transport=None) -> RefreshReport:
-    """Refresh the plugins `names` (all registered ones when None) into the price store."""
+    """Refresh the plugins `names` (all registered ones when None) into the price store.
+
+    Each provider's result is stored on its own: a row or a provider that cannot be stored fails
+    that provider only (its last good snapshot is kept and marked stale). A file-system fault
+    (disk full, read-only) stops the refresh with a FileSystemError; what was stored before it
+    stays stored.
+    """
     from rentopt.providers.base import get_providers, load_providers
 
     if names:
         _point_providers_to_their_plugin(names, set(load_providers()[0]))
     providers = get_providers(names)  # InputError for an unknown name, before any side effect
     requested = set(names or ())
-    home = rentopt_home()
+    home = ensure_home(rentopt_home())
     with refresh_lock(home / LOCK_FILENAME), open_writable(store_path()) as store:
         if progress:
             progress(f"refreshing {', '.join(p.name for p in providers)} into {store.path}")
         outcomes, fx_outcome = asyncio.run(_fetch_all(providers, settings, transport, progress))
-        results = []
+        results: list[ProviderResult] = []
         for provider, outcome in zip(providers, outcomes, strict=True):
-            results += _store_outcome(store, provider, outcome, provider.name in requested)
+            try:
+                results += _store_outcome(store, provider, outcome, provider.name in requested)
+            except FileSystemError as exc:
+                stored = sorted({r.label for r in results if r.status == "ok"})
+                kept = f" Stored before it: {', '.join(stored)}." if stored else ""
+                raise FileSystemError(f"{exc}{kept}") from None
         return RefreshReport(results, store.path, _store_fx(store, fx_outcome))
 
 
@@ -125,8 +155,8 @@ def _store_outcome(store, plugin, outcome, requested: bool) -> list[ProviderResu
     secrets = provider_secrets(plugin)
     states = {s.name: s for s in store.providers()}
     mine = sorted(n for n, s in states.items() if (s.plugin or n) == plugin.name)
-    base = dict(requested=requested, skipped_rows=len(outcome.skipped), unknown_gpus=list(outcome.unknown_gpus),
-                seconds=outcome.seconds)
+    base = dict(requested=requested, skipped_rows=len(outcome.skipped), rejected_rows=len(outcome.rejected),
+                unknown_gpus=list(outcome.unknown_gpus), seconds=outcome.seconds, problems=_problems(plugin, outcome))
     if outcome.status != "ok" or outcome.offers is None:
         # The plugin failed (or was skipped) as a whole: every provider it delivered keeps its data.
         names = mine if plugin.multi_provider else [plugin.name]
@@ -142,8 +172,8 @@ def _store_outcome(store, plugin, outcome, requested: bool) -> list[ProviderResu
         groups.setdefault(offer.provider, []).append(offer)
     if not plugin.multi_provider:
         groups = {plugin.name: groups.get(plugin.name, [])}
-    summary = {"skipped_rows": len(outcome.skipped), "unknown_gpus": outcome.unknown_gpus,
-               "requests": outcome.requests, "seconds": round(outcome.seconds, 3)}
+    summary = {"skipped_rows": len(outcome.skipped), "rejected_rows": len(outcome.rejected),
+               "unknown_gpus": outcome.unknown_gpus, "requests": outcome.requests, "seconds": round(outcome.seconds, 3)}
     results = []
     for name in sorted(set(groups) | set(outcome.provider_errors)):
         state = states.get(name)
@@ -166,8 +196,16 @@ def _store_outcome(store, plugin, outcome, requested: bool) -> list[ProviderResu
                                             secrets=secrets, summary=summary)
                 result.offers, result.new, result.changed, result.removed = (
                     diff.offers, len(diff.new), len(diff.changed), len(diff.removed))
+            except FileSystemError:
+                raise
             except StoreError as exc:
                 result.status, result.error = "failed", f"fetched, but could not be stored: {exc}"
+                store.mark_failed(name, result.error, secrets=secrets)
+            except Exception as exc:  # a row the store cannot hold must not stop the providers after it
+                log.warning("%s: could not be stored: %s: %s", name, type(exc).__name__, exc)
+                result.status = "failed"
+                result.error = (f"fetched, but could not be stored ({type(exc).__name__}: {exc}); "
+                                "nothing of it was written")
                 store.mark_failed(name, result.error, secrets=secrets)
         results.append(result)
     if getattr(plugin, "retires_missing", False):
@@ -179,6 +217,17 @@ def _store_outcome(store, plugin, outcome, requested: bool) -> list[ProviderResu
                                               **base))
     store.mark_plugin(plugin.name)
     return results
+
+
+def _problems(plugin, outcome) -> list[str]:
+    """Rows the summary names: each rejected price (up to a few), and every skip of a plugin
+    whose skips are files the user wrote (price sheets)."""
+    lines = [f"rejected {row}: {reason}" for row, reason in outcome.rejected[:MAX_PROBLEMS_SHOWN]]
+    if len(outcome.rejected) > MAX_PROBLEMS_SHOWN:
+        lines.append(f"... and {len(outcome.rejected) - MAX_PROBLEMS_SHOWN} more rows rejected for their prices")
+    if getattr(plugin, "report_each_skip", False):
+        lines += [reason for _, reason in outcome.skipped]
+    return lines
 
 
 def newer_elsewhere(state, plugin: str, fetched_at: datetime) -> str | None:
@@ -264,8 +313,21 @@ async def _fetch_all(providers, settings, transport, progress: Progress | None):
 
     on_done = (lambda outcome: progress(describe_outcome(outcome))) if progress else None
     outcomes, fx = await asyncio.gather(fetch_all(providers, settings, transport, on_done=on_done),
-                                        fetch_reference_rates(settings, transport))
+                                        _bounded_rates(settings, transport, fetch_reference_rates))
     return outcomes, fx
+
+
+async def _bounded_rates(settings, transport, fetch_reference_rates):
+    """The ECB fetch, held to the same time budget as each provider (a dripping or hung rate
+    server must not hold the night's refresh open either)."""
+    from rentopt.providers.base import HttpSettings
+    from rentopt.providers.ecb import FxOutcome
+
+    settings = settings or HttpSettings.from_env()
+    try:
+        return await asyncio.wait_for(fetch_reference_rates(settings, transport), settings.budget_s)
+    except TimeoutError:
+        return FxOutcome("failed", error=f"gave up after the {settings.budget_s:g} s time budget")
 
 
 def _store_fx(store, outcome) -> FxResult:
@@ -289,9 +351,9 @@ def describe_outcome(outcome) -> str:
 
 
 def provider_secrets(provider) -> list[str]:
-    """Every credential value the provider could send, to scrub from anything stored."""
-    envs = {provider.key_env, *getattr(provider, "credential_envs", ())} - {None}
-    return [v for env in sorted(envs) if (v := os.environ.get(env))]
+    """Every credential value the provider could send (and tokens learnt during the fetch), to
+    scrub from anything stored."""
+    return sorted({*provider.credentials(), *known_secrets()}, key=len, reverse=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,9 +362,16 @@ def provider_secrets(provider) -> list[str]:
 
 @contextmanager
 def refresh_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive, non-blocking lock on `path`; a second holder gets a StoreError naming the first."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fp = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole refresh
+    """Hold an exclusive, non-blocking lock on `path`; a second holder gets a StoreError naming the first.
+
+    A lock that cannot be taken because of the file system (read-only, full, not a directory)
+    is a FileSystemError naming the path and the fix.
+    """
+    ensure_home(path.parent)
+    try:
+        fp = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole refresh
+    except OSError as exc:
+        raise fs_error(exc, path, "create the lock file") from None
     try:
         if not _try_lock(fp):
             fp.seek(0)
@@ -311,13 +380,19 @@ def refresh_lock(path: Path) -> Iterator[None]:
                 f"another `rentopt refresh` (pid {holder}) is already updating {path.parent}; "
                 "let it finish, then run again if you still need to"
             )
-        fp.seek(0)
-        fp.truncate()
-        fp.write(str(os.getpid()))
-        fp.flush()
+        try:
+            fp.seek(0)
+            fp.truncate()
+            fp.write(str(os.getpid()))
+            fp.flush()
+        except OSError as exc:
+            raise fs_error(exc, path, "write the lock file") from None
         yield
     finally:
-        fp.close()  # closing the file releases the lock
+        try:
+            fp.close()  # closing the file releases the lock
+        except OSError:
+            pass  # the pid could not be flushed (disk full): the lock is released all the same
 
 
 def _try_lock(fp: IO[str]) -> bool:
@@ -343,7 +418,8 @@ def _try_lock(fp: IO[str]) -> bool:
 # Rendering
 
 
-REPORT_HEADERS = ("provider", "status", "offers", "new", "changed", "removed", "skipped rows", "unknown GPUs", "seconds")
+REPORT_HEADERS = ("provider", "status", "offers", "new", "changed", "removed", "skipped rows", "bad prices",
+                  "unknown GPUs", "seconds")
 
 
 def format_report(report: RefreshReport) -> str:
@@ -354,11 +430,13 @@ def format_report(report: RefreshReport) -> str:
     for r in report.results:
         counts = [r.offers, r.new, r.changed, r.removed] if r.status == "ok" else ["-"] * 4
         # Skipped rows, unknown GPUs and time belong to the plugin's run: shown on its first line only.
-        run = [r.skipped_rows, len(r.unknown_gpus), f"{r.seconds:.1f}"] if (r.plugin or r.provider) not in shown else ["", "", ""]
+        run = [r.skipped_rows, r.rejected_rows, len(r.unknown_gpus), f"{r.seconds:.1f}"] \
+            if (r.plugin or r.provider) not in shown else ["", "", "", ""]
         shown.add(r.plugin or r.provider)
         rows.append([r.label, r.status, *counts, *run])
     lines = [tabulate(rows, headers=REPORT_HEADERS, disable_numparse=True)]
     unknown_said: set[str] = set()
+    problems_said: set[str] = set()
     for r in report.results:
         if r.status == "failed":
             kept = "its last good prices are kept, marked stale" if r.had_prices else "it has no earlier prices"
@@ -372,6 +450,13 @@ def format_report(report: RefreshReport) -> str:
         if r.status == "ok" and r.fetched_at is not None and r.source and r.plugin and r.plugin != r.provider:
             day = f"{r.fetched_at:%Y-%m-%d}"
             lines.append(f"{r.label}: {r.source}" if day in r.source else f"{r.label}: prices of {day} from {r.source}")
+        run_name = r.plugin or r.provider
+        if (r.rejected_rows or r.problems) and run_name not in problems_said:
+            problems_said.add(run_name)
+            if r.rejected_rows:
+                lines.append(f"{run_name}: {r.rejected_rows} row(s) rejected: a price outside the sane range "
+                             "(not stored; see `rentopt refresh --help`)")
+            lines += [f"{run_name}: {problem}" for problem in r.problems]
         if r.unknown_gpus and (r.plugin or r.provider) not in unknown_said:
             unknown_said.add(r.plugin or r.provider)
             lines.append(f"{r.plugin or r.provider}: GPU names not in the catalog (kept as unknown): {', '.join(r.unknown_gpus)}")
@@ -379,6 +464,31 @@ def format_report(report: RefreshReport) -> str:
         lines.append(describe_fx(report.fx))
     lines.append(f"price store: {report.store_path}")
     return "\n".join(lines)
+
+
+def report_json(report: RefreshReport) -> str:
+    """The refresh summary as JSON: `exit_code`, `store`, one object per provider, and the
+    exchange-rate fetch."""
+    providers = [
+        {
+            "provider": r.provider, "plugin": r.plugin or r.provider, "status": r.status, "requested": r.requested,
+            "offers": r.offers if r.status == "ok" else None,
+            "new": r.new if r.status == "ok" else None,
+            "changed": r.changed if r.status == "ok" else None,
+            "removed": r.removed if r.status == "ok" else None,
+            "skipped_rows": r.skipped_rows, "rejected_rows": r.rejected_rows,
+            "unknown_gpus": r.unknown_gpus, "seconds": round(r.seconds, 3), "error": r.error,
+            "kept_earlier_prices": r.had_prices if r.status not in ("ok", "kept") else None,
+            "problems": r.problems,
+        }
+        for r in report.results
+    ]
+    fx = None
+    if report.fx is not None:
+        fx = {"status": report.fx.status, "last_day": report.fx.last_day.isoformat() if report.fx.last_day else None,
+              "days": report.fx.days, "error": report.fx.error}
+    return json.dumps({"exit_code": report.exit_code, "store": str(report.store_path), "providers": providers,
+                       "exchange_rates": fx}, indent=2)
 
 
 def describe_fx(fx: FxResult) -> str:
@@ -478,6 +588,32 @@ def _key_status(provider) -> str:
     if provider.key_required:
         return "yes" if provider.skip_reason() is None else "no"
     return "yes" if provider.api_key() else "no (optional)"
+
+
+def _when(dt: datetime | None) -> str | None:
+    return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z") if dt else None
+
+
+def overview_json(overview: Overview) -> str:
+    """`rentopt providers --format json`: each plugin (key status, never the key; its last run),
+    each provider's source, broken plugins and the store."""
+    return json.dumps({
+        "store": str(overview.store_path),
+        "has_store": overview.has_store,
+        "providers": [
+            {"provider": p.name, "registered": p.registered, "key": p.key, "key_env": p.key_env,
+             "offers": p.offers, "fetched_at": _when(p.fetched_at), "last_success_at": _when(p.last_success_at),
+             "stale": p.stale, "last_error": p.last_error, "last_error_at": _when(p.last_error_at),
+             "delivers": p.delivers}
+            for p in overview.providers
+        ],
+        "sources": [
+            {"provider": s.provider, "plugin": s.plugin, "origin": s.origin, "offers": s.offers,
+             "fetched_at": _when(s.fetched_at), "source": s.source, "stale": s.stale, "why": s.why}
+            for s in overview.sources
+        ],
+        "broken_plugins": [{"name": b.name, "error": b.error} for b in overview.broken],
+    }, indent=2)
 
 
 def format_overview(overview: Overview, now: datetime | None = None) -> str:

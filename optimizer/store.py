@@ -29,6 +29,7 @@ with the row that records it; a shipped migration is never edited, a fix is a ne
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sqlite3
 import statistics
@@ -42,10 +43,10 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from rentopt.optimizer.errors import StoreError
+from rentopt.optimizer.errors import FileSystemError, StoreError
 from rentopt.optimizer.gc_pause import gc_paused
 from rentopt.optimizer.models import Offer, PlanRow, plan_row
-from rentopt.optimizer.paths import rentopt_home
+from rentopt.optimizer.paths import check_home, ensure_home, fs_error, rentopt_home
 from rentopt.optimizer.redact import redact
 from rentopt.optimizer.offers_io import hour_price
 
@@ -544,7 +545,9 @@ def migrate(db: sqlite3.Connection, path: Path, migrations: Sequence[Migration] 
             db.execute(f"PRAGMA user_version = {version}")
             db.execute("COMMIT")
         except Exception as exc:
-            db.execute("ROLLBACK")
+            _rollback(db)
+            if isinstance(exc, sqlite3.Error) and (fault := _file_system_fault(exc, path, "upgrade")):
+                raise fault from exc
             raise StoreError(
                 f"upgrading the price store {path} failed in migration {fn.__name__} "
                 f"({type(exc).__name__}: {exc}); nothing was changed. {way_out(path)}"
@@ -573,11 +576,19 @@ def _check_file(path: Path, migrations: Sequence[Migration]) -> bool:
     no write-ahead log is pending, so the header is current) is another program's database or
     a newer rentopt's store: those are refused without SQLite ever opening them.
     """
-    size = path.stat().st_size
-    if size == 0:
-        return False
-    with path.open("rb") as fp:
-        header = fp.read(SQLITE_HEADER_BYTES)
+    if path.is_dir():
+        raise FileSystemError(
+            f"{path} is a directory, not a price store; move it aside ({move_aside(path)}), "
+            "then run `rentopt refresh` to create the store"
+        )
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return False
+        with path.open("rb") as fp:
+            header = fp.read(SQLITE_HEADER_BYTES)
+    except OSError as exc:
+        raise fs_error(exc, path, "read") from None
     if len(header) < SQLITE_HEADER_BYTES or not header.startswith(SQLITE_MAGIC):
         raise StoreError(f"{path} is not a rentopt price store (not an SQLite database, or cut short). {way_out(path)}")
     if _wal_pending(path):
@@ -621,17 +632,62 @@ def _wal_pending(path: Path) -> bool:
     return wal.exists() and wal.stat().st_size > 0
 
 
+def _file_system_fault(exc: sqlite3.Error, path: Path, doing: str) -> FileSystemError | None:
+    """The FileSystemError for an SQLite failure caused by the disk or the mount, else None.
+
+    These say what to fix and never to move the store aside: the file itself is fine.
+    """
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc)
+    if name == "SQLITE_FULL" or "disk is full" in text:
+        return FileSystemError(
+            f"disk full: cannot {doing} the price store {path} (no space left on its device). The write was "
+            "rolled back, so the stored prices are unchanged; free some space, then run `rentopt refresh` again."
+        )
+    if name.startswith("SQLITE_READONLY") or "readonly database" in text or name == "SQLITE_PERM":
+        return FileSystemError(
+            f"cannot {doing} the price store {path}: it or its directory is read-only. `rentopt refresh` needs "
+            "write access there (fix the permissions or the mount, or point RENTOPT_HOME at a writable "
+            "directory); quote, offers, report and providers still read it."
+        )
+    if name == "SQLITE_CANTOPEN":
+        return FileSystemError(
+            f"cannot open the price store {path}: its directory is not readable and writable by this user, or is "
+            "on a read-only file system; fix the permissions, or point RENTOPT_HOME at another directory"
+        )
+    if name.startswith("SQLITE_IOERR"):
+        return FileSystemError(
+            f"disk I/O error on the price store {path} ({text}): the device may be full, removed or failing; "
+            "check it (df, dmesg), then run again. The last committed prices are kept."
+        )
+    return None
+
+
 @contextmanager
-def _sql_errors(path: Path) -> Iterator[None]:
+def _sql_errors(path: Path, doing: str = "use") -> Iterator[None]:
     """SQLite failures as StoreError sentences that say how to recover."""
     try:
         yield
     except sqlite3.OperationalError as exc:
+        if fault := _file_system_fault(exc, path, doing):
+            raise fault from exc
         if "locked" in str(exc) or "busy" in str(exc):
             raise StoreError(f"the price store {path} is busy (another rentopt is writing it); try again in a moment") from exc
         raise StoreError(f"cannot use the price store {path}: {exc}. {way_out(path)}") from exc
     except sqlite3.DatabaseError as exc:
+        if fault := _file_system_fault(exc, path, doing):
+            raise fault from exc
         raise StoreError(f"the price store {path} is damaged ({exc}). {way_out(path)}") from exc
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open. SQLite itself rolls back on a full disk (and
+    some I/O errors); a ROLLBACK then would fail with "cannot rollback" and hide the real error."""
+    if db.in_transaction:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
 
 def _identify(db: sqlite3.Connection, path: Path, migrations: Sequence[Migration]) -> str:
@@ -659,14 +715,33 @@ def _connect(uri: str, *, uri_mode: bool) -> sqlite3.Connection:
 
 
 def open_readonly(path: Path | None = None, migrations: Sequence[Migration] = MIGRATIONS) -> Store | None:
-    """Open the store for reading; None when there is none yet (or it is empty). Never writes it."""
+    """Open the store for reading; None when there is none yet (or it is empty). Never writes it.
+
+    A store on a read-only file system (or in a directory this user cannot write) is opened
+    immutable: a store left in WAL mode needs to create its -shm file even to be read, which a
+    read-only mount refuses (https://www.sqlite.org/wal.html#readonly), so a plain read-only
+    open fails. Immutable is safe only when no write-ahead log holds unmerged pages, which a
+    read-only directory cannot gain anyway; with one pending, the error says what to do.
+    """
     path = path or store_path()
+    check_home(path.parent)
     if not path.exists():
         return None
     if not _check_file(path, migrations):
         return None
-    with _sql_errors(path):
-        db = _connect(path.resolve().as_uri() + "?mode=ro", uri_mode=True)
+    with _sql_errors(path, "read"):
+        try:
+            db = _open_readonly_connection(path)
+        except sqlite3.OperationalError as exc:
+            if not _directory_read_only(path) or getattr(exc, "sqlite_errorname", "") not in ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_READONLY_RECOVERY", "SQLITE_READONLY_CANTINIT"):
+                raise
+            if _wal_pending(path):
+                raise FileSystemError(
+                    f"the price store {path} is on a read-only file system with changes still in its write-ahead log "
+                    f"({path.name}-wal), which cannot be read without write access; mount it writable once (any "
+                    "rentopt command merges the log), or copy the folder somewhere writable and point RENTOPT_HOME there"
+                ) from exc
+            db = _connect(path.resolve().as_uri() + "?mode=ro&immutable=1", uri_mode=True)
         try:
             kind = _identify(db, path, migrations)
             if kind == "blank":
@@ -683,13 +758,29 @@ def open_readonly(path: Path | None = None, migrations: Sequence[Migration] = MI
     return Store(db, path, readonly=True)
 
 
+def _open_readonly_connection(path: Path) -> sqlite3.Connection:
+    db = _connect(path.resolve().as_uri() + "?mode=ro", uri_mode=True)
+    try:
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opening is lazy: this reads
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _directory_read_only(path: Path) -> bool:
+    """Whether SQLite could not create files next to the store (a read-only mount, or no write
+    permission on the directory): the case for opening it immutable."""
+    return not os.access(path.parent, os.W_OK)
+
+
 def open_writable(path: Path | None = None, migrations: Sequence[Migration] = MIGRATIONS) -> Store:
     """Open (creating and migrating if needed) the store for `rentopt refresh`."""
     path = path or store_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
+    ensure_home(path.parent)
+    if path.exists() or path.is_symlink():
         _check_file(path, migrations)
-    with _sql_errors(path):
+    with _sql_errors(path, "open"):
         db = _connect(str(path), uri_mode=False)
         try:
             _identify(db, path, migrations)
@@ -884,11 +975,9 @@ class Store:
         now_ts = timestamp(now or datetime.now(timezone.utc))
         fetched_ts = timestamp(fetched_at)
         with gc_paused():  # building 50k rows: the cyclic GC would rescan every live offer
-            prices = [hour_price(o) for o in offers]
-            rows = [_offer_row(o, p, secrets) for o, p in zip(offers, prices, strict=True)]
-            history = _history_rows(offers, prices)
+            rows, history = _snapshot_rows(provider, offers, secrets)
         source = redact(source if source is not None else (offers[0].source if offers else ""), secrets)
-        with _sql_errors(self.path), self._transaction():
+        with _sql_errors(self.path, "write"), self._transaction():
             self.db.execute("INSERT OR IGNORE INTO providers (name) VALUES (?)", (provider,))
             self.db.execute("UPDATE providers SET retired = 0, plugin = ? WHERE name = ?", (plugin, provider))
             previous = dict(self.db.execute("SELECT offer_id, prices FROM offers WHERE provider = ?", (provider,)))
@@ -935,7 +1024,7 @@ class Store:
         """Record a failed refresh: the provider's last good snapshot stays current, now stale."""
         self._require_writable()
         now_ts = timestamp(now or datetime.now(timezone.utc))
-        with _sql_errors(self.path), self._transaction():
+        with _sql_errors(self.path, "write"), self._transaction():
             self.db.execute("INSERT OR IGNORE INTO providers (name) VALUES (?)", (provider,))
             self.db.execute(
                 "UPDATE providers SET last_attempt_at = ?, last_error = ?, last_error_at = ? WHERE name = ?",
@@ -1022,10 +1111,10 @@ class Store:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            _rollback(self.db)
             raise
-        self.db.execute("COMMIT")
 
     def _require_writable(self) -> None:
         if self.readonly:
@@ -1033,6 +1122,28 @@ class Store:
 
 
 _PRICES = 8  # index of the price fingerprint in an offer row
+# SQLite INTEGER is a signed 64-bit value (https://www.sqlite.org/datatype3.html).
+_SQLITE_INT_MAX = 2**63 - 1
+
+
+def _snapshot_rows(provider: str, offers: Sequence[Offer], secrets: Sequence[str]) -> tuple[list[tuple], list[tuple]]:
+    """The offer rows and history rows of a snapshot; StoreError (nothing written) naming the
+    offer when one cannot be held exactly (a price too large or too precise for the columns)."""
+    prices = []
+    for o in offers:
+        try:
+            price = hour_price(o)
+            if price is not None and abs(to_micros(price)) > _SQLITE_INT_MAX:
+                raise OverflowError("its hourly price does not fit the store's integer column")
+        except (ArithmeticError, ValueError) as exc:
+            raise StoreError(f"{provider} offer {o.offer_id} has a price the store cannot hold ({exc})") from None
+        prices.append(price)
+    rows = [_offer_row(o, p, secrets) for o, p in zip(offers, prices, strict=True)]
+    try:
+        history = _history_rows(offers, prices)
+    except ArithmeticError as exc:
+        raise StoreError(f"{provider}: a price is too large for the price history ({type(exc).__name__})") from None
+    return rows, history
 
 
 def _offer_row(offer: Offer, price: Decimal | None, secrets: Sequence[str]) -> tuple:

@@ -17,7 +17,6 @@ page (`https://website.spot.ec2.aws.a2z.com/spot.json`); set RENTOPT_AWS_SPOT=0 
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -25,6 +24,7 @@ from typing import Any
 
 from rentopt.optimizer.errors import ProviderError, ProviderSchemaError
 from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from rentopt.optimizer.settings import settings
 from rentopt.providers import multinode
 from rentopt.providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
 
@@ -35,7 +35,6 @@ SPOT_ENV = "RENTOPT_AWS_SPOT"
 REGIONS_ENV = "RENTOPT_AWS_REGIONS"
 # The two regions with the widest P-instance fleets; each extra region is another big download.
 DEFAULT_REGIONS = ("us-east-1", "us-west-2")
-_REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 
 ON_DEMAND_TERM = "JRTCKXETXF"  # the OnDemand offerTermCode in every AWS offer file
 TERM_HOURS = {"1yr": 8760, "3yr": 26280}
@@ -127,7 +126,7 @@ class AwsProvider(Provider):
                 raise again(f"price list for {region}: {exc.reason}{hint}") from None
             offers.extend(parse_offer_file(ctx, body, region=region, source=url))
         if spot_enabled():
-            spot_url = os.environ.get(SPOT_URL_ENV) or SPOT_URL
+            spot_url = settings().aws_spot_url or SPOT_URL
             try:
                 feed = await ctx.get_json(spot_url)
             except ProviderError as exc:
@@ -139,20 +138,12 @@ class AwsProvider(Provider):
 
 
 def configured_regions(ctx: FetchContext) -> tuple[str, ...]:
-    raw = os.environ.get(REGIONS_ENV, "").strip()
-    if not raw:
-        return DEFAULT_REGIONS
-    regions = tuple(dict.fromkeys(r.strip() for r in raw.split(",") if r.strip()))
-    bad = [r for r in regions if not _REGION_RE.match(r)]
-    if bad or not regions:
-        raise ctx.error(
-            f"{REGIONS_ENV} has an invalid region {bad[0] if bad else raw!r}; use API names like us-east-1,us-west-2"
-        )
-    return regions
+    """RENTOPT_AWS_REGIONS (checked by optimizer/settings.py), else the defaults."""
+    return settings().aws_regions or DEFAULT_REGIONS
 
 
 def spot_enabled() -> bool:
-    return os.environ.get(SPOT_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return settings().aws_spot
 
 
 # --------------------------------------------------------------------------------------------

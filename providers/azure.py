@@ -17,7 +17,6 @@ zero prices, case-sensitive filter values, `NextPageLink` pagination).
 
 from __future__ import annotations
 
-import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from rentopt.optimizer.settings import settings
 from rentopt.providers import multinode
 from rentopt.providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
 
@@ -38,7 +38,6 @@ REGIONS_ENV = "RENTOPT_AZURE_REGIONS"
 # A handful of regions with the big N-series fleets keeps a refresh to a few pages.
 # "all" in RENTOPT_AZURE_REGIONS drops the region filter (tens of pages).
 DEFAULT_REGIONS = ("eastus", "southcentralus", "westus3", "westeurope")
-_REGION_RE = re.compile(r"^[a-z][a-z0-9]+$")
 
 # Reservation rows carry the total for the whole term although unitOfMeasure says "1 Hour"
 # (provider-apis.md §4.2.1); savings-plan rows carry a per-hour price for the same terms.
@@ -201,20 +200,12 @@ class AzureProvider(Provider):
 
 
 def configured_regions(ctx: FetchContext) -> tuple[str, ...] | None:
-    """Regions from RENTOPT_AZURE_REGIONS (comma list, or "all"), else the defaults."""
-    raw = os.environ.get(REGIONS_ENV, "").strip()
-    if not raw:
-        return DEFAULT_REGIONS
-    if raw.lower() == "all":
+    """Regions from RENTOPT_AZURE_REGIONS (comma list, or "all": None), else the defaults.
+    The value is checked by optimizer/settings.py."""
+    regions = settings().azure_regions
+    if regions == "all":
         return None
-    regions = tuple(r.strip() for r in raw.split(",") if r.strip())
-    bad = [r for r in regions if not _REGION_RE.match(r)]
-    if bad or not regions:
-        raise ctx.error(
-            f"{REGIONS_ENV} has an invalid region {bad[0] if bad else raw!r}; "
-            "use Azure's lowercase names like eastus,westeurope or 'all'"
-        )
-    return regions
+    return regions or DEFAULT_REGIONS
 
 
 def build_filter(regions: tuple[str, ...] | None) -> str:

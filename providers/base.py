@@ -7,8 +7,15 @@ implements `async fetch(ctx) -> list[Offer]`.
 
 `fetch` gets a `FetchContext`: HTTP helpers over one shared `httpx.AsyncClient` with a
 per-request timeout, bounded concurrency per provider, retries with exponential backoff and
-jitter on connection errors and 5xx, and `Retry-After` on 429. The key is attached only to
-requests for the provider's own host, and is scrubbed from every error message.
+jitter on connection errors and 5xx (each retry logged), and `Retry-After` on 429. The whole
+fetch runs under a time budget (`HttpSettings.budget_s`), so a server that drips a byte a second
+or never answers fails that provider like any other fault. The key is attached only to requests
+for the provider's own host and is scrubbed from every error message. Redirects are followed
+here, not by httpx: a request that carries a credential (a key header, a token, a secret in its
+body or query) is never sent on to another host; such a redirect fails the provider instead.
+
+Every offer passes the shared sanity bands (optimizer/sanity.py): a row with a price outside
+them is rejected and counted, never stored, and never fails the provider by itself.
 
 Whole-response rule: if the response does not have the expected shape, the plugin raises
 `ProviderSchemaError` and nothing of that provider is stored. Individual rows that cannot be
@@ -34,14 +41,16 @@ from decimal import Decimal, InvalidOperation
 from functools import cache
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rentopt.optimizer.errors import InputError, ProviderError, ProviderSchemaError
 from rentopt.optimizer.models import Offer, PriceOption
-from rentopt.optimizer.redact import redact
+from rentopt.optimizer.redact import redact, remember_secret, scrub_url_secrets
+from rentopt.optimizer.sanity import PriceBands
+from rentopt.optimizer.settings import settings as current_settings
 
 ENTRY_POINT_GROUP = "rentopt.providers"
 log = logging.getLogger("rentopt.providers")
@@ -79,18 +88,26 @@ class Provider(ABC):
     # price sheets: one per platform) sets this; its offers then name their own provider, and
     # `rentopt refresh --providers NAME` still names the plugin.
     multi_provider: ClassVar[bool] = False
+    # The refresh summary prints every skip of a provider whose skips are whole files the
+    # user wrote (the sheet plugin), rather than only counting them.
+    report_each_skip: ClassVar[bool] = False
 
     @classmethod
     def base_url_env(cls) -> str:
         return f"RENTOPT_{cls.name.upper()}_BASE_URL"
 
     def base_url(self) -> str:
-        return (os.environ.get(self.base_url_env()) or self.api_root).rstrip("/")
+        return (current_settings().base_url(self.base_url_env()) or self.api_root).rstrip("/")
 
     def api_key(self) -> str | None:
         if not self.key_env:
             return None
         return os.environ.get(self.key_env) or None
+
+    def credentials(self) -> list[str]:
+        """Every credential value this provider could send (key, client id and secret)."""
+        envs = {self.key_env, *getattr(self, "credential_envs", ())} - {None}
+        return [v for env in sorted(envs) if (v := os.environ.get(env))]  # type: ignore[arg-type]
 
     def skip_reason(self) -> str | None:
         """Why this provider cannot be refreshed right now (a missing key), or None."""
@@ -113,19 +130,20 @@ class Provider(ABC):
 
 @dataclass
 class HttpSettings:
-    timeout_s: float = 20.0
+    timeout_s: float = 20.0  # per request (connect, and each read)
     retries: int = 3
     backoff_s: float = 0.5  # first retry waits ~backoff_s, doubling, with full jitter
     max_retry_after_s: float = 60.0  # a longer Retry-After fails the provider instead of stalling cron
+    budget_s: float = 300.0  # per provider, its whole fetch: every request, retry and wait
+    # Redirects followed per request. httpx allows 20; an API that needs more than a handful is
+    # misconfigured, and each hop is another chance to be sent somewhere unexpected.
+    max_redirects: int = 5
 
     @classmethod
     def from_env(cls) -> HttpSettings:
-        s = cls()
-        if v := os.environ.get("RENTOPT_HTTP_TIMEOUT"):
-            s.timeout_s = float(v)
-        if v := os.environ.get("RENTOPT_HTTP_RETRIES"):
-            s.retries = int(v)
-        return s
+        """From RENTOPT_HTTP_TIMEOUT, RENTOPT_HTTP_RETRIES and RENTOPT_REFRESH_BUDGET (settings.py)."""
+        s = current_settings()
+        return cls(timeout_s=s.http_timeout_s, retries=s.http_retries, budget_s=s.refresh_budget_s)
 
 
 def _attempts(n: int) -> str:
@@ -185,6 +203,23 @@ def to_amount(value: Any) -> Decimal | None:
     return d if d.is_finite() and d >= 0 else None
 
 
+# Statuses httpx calls redirects (Response.is_redirect); 300 and 304 are not followed.
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+# Request headers that carry credentials in the APIs rentopt and its plugins speak.
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def _where(url: str) -> str:
+    """A URL without its query, for messages (a query may hold a key)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+
 @dataclass
 class FetchContext:
     """What a plugin's `fetch` gets: HTTP helpers bound to its provider, and skip counters."""
@@ -194,6 +229,7 @@ class FetchContext:
     settings: HttpSettings = field(default_factory=HttpSettings)
     fetched_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # rows with a price outside the sane bands
     unknown_gpus: set[str] = field(default_factory=set)
     requests: int = 0
     # Multi-provider plugins: per provider, why it failed this time (its old data is kept), and
@@ -204,7 +240,12 @@ class FetchContext:
     def __post_init__(self) -> None:
         self._semaphore = asyncio.Semaphore(self.provider.max_concurrency)
         self._key = self.provider.api_key()
-        self._host = urlsplit(self.provider.base_url()).netloc
+        self._base_url = self.provider.base_url()
+        self._host = urlsplit(self._base_url).netloc
+        self._secrets = list(self.provider.credentials())
+        for secret in self._secrets:
+            remember_secret(secret)
+        self._bands = PriceBands()
 
     # -- errors ---------------------------------------------------------------------------
 
@@ -215,23 +256,83 @@ class FetchContext:
         return ProviderSchemaError(self.provider.name, self.scrub(message))
 
     def scrub(self, text: str) -> str:
-        return redact(text, [self._key] if self._key else [])
+        return scrub_url_secrets(redact(text, self._secrets))
+
+    def add_secret(self, value: str) -> None:
+        """A credential obtained during the fetch (an OAuth access token): scrubbed like the key,
+        and a request carrying it is never redirected to another host."""
+        if value and value not in self._secrets:
+            self._secrets.append(value)
+            remember_secret(value)
 
     # -- HTTP -----------------------------------------------------------------------------
 
     def url(self, path: str) -> str:
-        return self.provider.base_url() + "/" + path.lstrip("/")
+        return self._base_url + "/" + path.lstrip("/")
 
     async def sleep(self, seconds: float) -> None:
         """Separate so tests can observe waits without sleeping."""
         await asyncio.sleep(seconds)
 
     async def request(self, method: str, url: str, *, auth: bool = True, **kwargs: Any) -> httpx.Response:
-        """One request with retries. Returns a 2xx response or raises ProviderError."""
+        """One request with retries and redirects. Returns a 2xx response or raises ProviderError.
+
+        A redirect to another host (or from https down to http) is followed only when the
+        request carries no credential: not the provider's key, no header the caller set, and no
+        credential in its body or query. Otherwise it fails, naming both hosts; the credential
+        is never sent on. 301/302/303 continue as GET without a body, 307/308 as they were.
+        """
         headers = dict(kwargs.pop("headers", None) or {})
         # A key goes only to its own provider's host, whatever URL a response points us at.
         if auth and self._key and urlsplit(url).netloc == self._host:
             headers.update(self.provider.auth_headers(self._key))
+        credentialed = self._carries_credentials(url, headers, kwargs)
+        visited = [url]
+        while True:
+            response = await self._send(method, url, headers, kwargs)
+            if response.status_code not in REDIRECT_STATUSES:
+                return response
+            location = response.headers.get("Location")
+            if not location:
+                raise self.error(f"HTTP {response.status_code} redirect from {_where(url)} without a Location header")
+            target = urljoin(url, location)
+            if target in visited:
+                raise self.error(f"redirect loop: {_where(url)} redirects (HTTP {response.status_code}) back to "
+                                 f"{_where(target)}; the API or a proxy in between is misconfigured")
+            if len(visited) > self.settings.max_redirects:
+                raise self.error(f"too many redirects (more than {self.settings.max_redirects}) from {_where(visited[0])}, "
+                                 f"the last to {_where(target)}")
+            (scheme, netloc), (new_scheme, new_netloc) = _origin(url), _origin(target)
+            leaves_host = new_netloc != netloc or (scheme == "https" and new_scheme != "https")
+            if leaves_host and credentialed:
+                raise self.error(
+                    f"refused a redirect (HTTP {response.status_code}) from {netloc} to another host, {new_netloc}: "
+                    "the request carries credentials, which rentopt never sends on to another host; if the "
+                    f"API moved, set {self.provider.base_url_env()} to its new address"
+                )
+            log.info("%s: following HTTP %d redirect from %s to %s", self.provider.name, response.status_code,
+                     _where(url), _where(target))
+            if response.status_code in (301, 302, 303) and method != "HEAD":
+                method = "GET"  # what browsers and httpx do: the body is not sent again
+                kwargs = {k: v for k, v in kwargs.items() if k not in ("json", "content", "data", "files")}
+            if leaves_host:
+                headers = {}
+            # The Location is the whole next URL: the first request's query is not added again.
+            kwargs = {k: v for k, v in kwargs.items() if k != "params"}
+            visited.append(target)
+            url = target
+
+    def _carries_credentials(self, url: str, headers: dict[str, str], kwargs: dict[str, Any]) -> bool:
+        if any(k.lower() in CREDENTIAL_HEADERS for k in headers):
+            return True
+        if not self._secrets:
+            return False
+        body = kwargs.get("json", kwargs.get("content", kwargs.get("data", kwargs.get("params"))))
+        text = " ".join([url, *headers.values(), json.dumps(body, default=str) if body is not None else ""])
+        return any(secret in text for secret in self._secrets)
+
+    async def _send(self, method: str, url: str, headers: dict[str, str], kwargs: dict[str, Any]) -> httpx.Response:
+        """One hop, with retries: a 2xx or 3xx response, or ProviderError."""
         attempt = 0
         while True:
             attempt += 1
@@ -244,13 +345,21 @@ class FetchContext:
             except httpx.TimeoutException as exc:
                 if attempt > self.settings.retries:
                     raise self.error(f"timed out after {_attempts(attempt)} ({type(exc).__name__})") from None
-                await self.sleep(self._backoff(attempt))
+                await self._retry(attempt, f"timed out ({type(exc).__name__})", method, url)
                 continue
+            except httpx.DecodingError as exc:
+                # Not retried: the server sent what it meant to, and it is broken.
+                raise self.error(
+                    f"the response body from {_where(url)} could not be decoded: it is not valid data for its "
+                    f"Content-Encoding (gzip, deflate, br) or charset ({exc})"
+                ) from None
             except httpx.TransportError as exc:
                 if attempt > self.settings.retries:
-                    raise self.error(f"connection failed after {_attempts(attempt)}: {exc}") from None
-                await self.sleep(self._backoff(attempt))
+                    raise self.error(f"connection failed after {_attempts(attempt)}: {type(exc).__name__}: {exc}") from None
+                await self._retry(attempt, f"connection failed ({type(exc).__name__})", method, url)
                 continue
+            except httpx.HTTPError as exc:  # anything else httpx raises: name it, in one line
+                raise self.error(f"HTTP request to {_where(url)} failed: {type(exc).__name__}: {exc}") from None
             status = response.status_code
             if status == 429:
                 wait = parse_retry_after(response.headers.get("Retry-After"))
@@ -258,19 +367,28 @@ class FetchContext:
                     raise self.error(f"rate limited (HTTP 429) after {_attempts(attempt)}")
                 if wait is not None and wait > self.settings.max_retry_after_s:
                     raise self.error(f"rate limited (HTTP 429); Retry-After {wait:.0f} s is too long to wait")
-                await self.sleep(wait if wait is not None else self._backoff(attempt))
+                await self._retry(attempt, "rate limited (HTTP 429)", method, url, wait)
                 continue
             if status >= 500:
                 if attempt > self.settings.retries:
                     raise self.error(f"server error HTTP {status} after {_attempts(attempt)}")
-                await self.sleep(self._backoff(attempt))
+                await self._retry(attempt, f"server error HTTP {status}", method, url)
                 continue
             if status in (401, 403):
                 hint = f"; check {self.provider.key_env}" if self.provider.key_env else ""
                 raise self.error(f"HTTP {status}: the API refused the credentials{hint}")
             if status >= 400:
-                raise self.error(f"HTTP {status} from {self.scrub(str(response.url.copy_with(query=None)))}")
+                raise self.error(f"HTTP {status} from {_where(str(response.url))}")
+            if 300 <= status < 400 and status not in REDIRECT_STATUSES:
+                raise self.error(f"unexpected HTTP {status} from {_where(url)}")
             return response
+
+    async def _retry(self, attempt: int, reason: str, method: str, url: str, wait: float | None = None) -> None:
+        """Log one line for the retry, then wait: the server's Retry-After, else backoff."""
+        seconds = wait if wait is not None else self._backoff(attempt)
+        log.info("%s: retry %d of %d in %.1f s: %s (%s %s)", self.provider.name, attempt, self.settings.retries,
+                 seconds, reason, method, _where(url))
+        await self.sleep(seconds)
 
     def _backoff(self, attempt: int) -> float:
         # Exponential backoff with full jitter (AWS Architecture Blog, "Exponential Backoff And Jitter").
@@ -289,6 +407,8 @@ class FetchContext:
             raise self.schema_error(
                 f"response is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}); truncated or not an API reply"
             ) from None
+        except RecursionError:
+            raise self.schema_error("response is JSON nested too deeply to be an API reply") from None
 
     # -- checking shapes -----------------------------------------------------------------
 
@@ -304,6 +424,16 @@ class FetchContext:
         log.warning("%s: skipping %s: %s", self.provider.name, row_id, reason)
         self.skipped.append((str(row_id), reason))
 
+    def reject(self, row_id: str, reason: str) -> None:
+        """A row whose price is outside the sane bands: counted apart from other skips, so the
+        refresh summary can say how many prices were refused."""
+        log.warning("%s: rejecting %s: %s", self.provider.name, row_id, reason)
+        self.rejected.append((str(row_id), reason))
+
+    def price_problem(self, offer: Offer) -> str | None:
+        """Why the offer's prices cannot be real (optimizer/sanity.py), or None."""
+        return self._bands.offer_problem(offer)
+
     def offer(self, *, gpu_raw: str, gpu_memory_gb: float | None = None,
               price_options: list[PriceOption], form_factor_hint: str | None = None,
               **fields: Any) -> Offer | None:
@@ -311,7 +441,8 @@ class FetchContext:
 
         `form_factor_hint` ("SXM", "PCIe", "NVL") is passed to `normalise` for names that several
         catalog GPUs share (RunPod's "NVIDIA H200" whose displayName says "H200 SXM").
-        Returns None (and counts a skip) when the row has no usable price or fails validation.
+        Returns None (and counts a skip) when the row has no usable price or fails validation,
+        and None (counted as rejected) when a price is outside the sane bands.
         An unknown GPU name is kept with its raw spelling and counted, never dropped.
         """
         from rentopt.optimizer.hardware import normalise  # hardware is data, loaded on first use
@@ -335,7 +466,7 @@ class FetchContext:
             "provider": self.provider.name,
             "currency": self.provider.currency,
             "fetched_at": self.fetched_at,
-            "source": self.provider.base_url(),
+            "source": self._base_url,
             "billing_granularity_s": rules.granularity_s,
             "billing_minimum_s": rules.minimum_s,
             "month_hours": rules.month_hours,
@@ -349,12 +480,16 @@ class FetchContext:
         }
         values.update(fields)
         try:
-            return Offer(**values)
+            offer = Offer(**values)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ()))
             self.skip(row_id, f"invalid {where}: {first.get('msg')}")
             return None
+        if problem := self.price_problem(offer):
+            self.reject(row_id, problem)
+            return None
+        return offer
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,10 +513,7 @@ BUILTIN_DISTRIBUTION = "rentopt"
 
 def load_providers() -> tuple[dict[str, type[Provider]], tuple[BrokenPlugin, ...]]:
     """All registered provider classes by name, and the entry points that failed to load."""
-    mode = os.environ.get(PLUGINS_ENV, "all").strip().lower() or "all"
-    if mode not in ("all", "builtin"):
-        raise InputError(f"{PLUGINS_ENV}={mode!r}: use 'all' (default) or 'builtin'")
-    return _load_providers(mode == "builtin")
+    return _load_providers(current_settings().plugins == "builtin")
 
 
 def _is_builtin(ep) -> bool:  # type: ignore[no-untyped-def]
@@ -424,14 +556,15 @@ def get_providers(names: list[str] | None = None) -> list[Provider]:
     `RENTOPT_PROVIDERS=a,b` narrows the default set, like `--providers a,b`.
     """
     registry, _ = load_providers()
-    if names is None and (env := os.environ.get("RENTOPT_PROVIDERS")):
-        names = [n.strip() for n in env.split(",") if n.strip()]
+    if names is None and (narrowed := current_settings().providers):
+        names = list(narrowed)
     if names is None:
         return [registry[n]() for n in sorted(registry)]
     unknown = [n for n in names if n not in registry]
     if unknown:
+        where = " (from RENTOPT_PROVIDERS)" if names == list(current_settings().providers or ()) else ""
         raise InputError(
-            f"unknown provider {', '.join(unknown)}; known providers: {', '.join(sorted(registry))}"
+            f"unknown provider {', '.join(unknown)}{where}; known providers: {', '.join(sorted(registry))}"
         )
     return [registry[n]() for n in dict.fromkeys(names)]
 
@@ -449,6 +582,7 @@ class FetchOutcome:
     offers: list[Offer] | None = None
     error: str | None = None
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # rows with a price outside the sane bands
     unknown_gpus: list[str] = field(default_factory=list)
     seconds: float = 0.0
     requests: int = 0
@@ -466,27 +600,42 @@ MAX_SKIPPED_SHARE = 0.5
 
 async def fetch_one(provider: Provider, client: httpx.AsyncClient, settings: HttpSettings,
                     fetched_at: datetime | None = None) -> FetchOutcome:
+    """Fetch one provider within `settings.budget_s`; every fault becomes a failed outcome."""
     start = time.perf_counter()
     if reason := provider.skip_reason():
         return FetchOutcome(provider.name, "skipped", error=reason)
     ctx = FetchContext(provider, client, settings)
     if fetched_at is not None:
         ctx.fetched_at = fetched_at
+
+    def failed(message: str) -> FetchOutcome:
+        message = ctx.scrub(message)
+        log.warning("%s: fetch failed: %s", provider.name, message)
+        return FetchOutcome(provider.name, "failed", error=message, skipped=ctx.skipped, rejected=ctx.rejected,
+                            seconds=time.perf_counter() - start, requests=ctx.requests)
+
+    budget = asyncio.timeout(settings.budget_s)
     try:
-        offers = await provider.fetch(ctx)
-        check_offers(ctx, offers)
+        async with budget:
+            offers = await provider.fetch(ctx)
+        offers = check_offers(ctx, offers)
     except ProviderError as exc:
-        message = ctx.scrub(exc.reason)
-        log.warning("%s: fetch failed: %s", provider.name, message)
-        return FetchOutcome(provider.name, "failed", error=message, skipped=ctx.skipped,
-                            seconds=time.perf_counter() - start, requests=ctx.requests)
+        return failed(exc.reason)
+    except InputError as exc:  # a setting the plugin reads (RENTOPT_AWS_REGIONS) is invalid
+        return failed(str(exc))
+    except TimeoutError as exc:
+        if not budget.expired():
+            return failed(f"plugin raised {type(exc).__name__}: {exc}")
+        return failed(
+            f"gave up after its {settings.budget_s:g} s time budget ({ctx.requests} requests): the server "
+            "answered too slowly or not at all; raise it with --time-budget or RENTOPT_REFRESH_BUDGET if it is just slow"
+        )
+    except RecursionError:
+        return failed("the response is nested too deeply to be an API reply")
     except Exception as exc:  # a plugin bug fails that provider only
-        message = ctx.scrub(f"plugin raised {type(exc).__name__}: {exc}")
-        log.warning("%s: fetch failed: %s", provider.name, message)
-        return FetchOutcome(provider.name, "failed", error=message, skipped=ctx.skipped,
-                            seconds=time.perf_counter() - start, requests=ctx.requests)
+        return failed(f"plugin raised {type(exc).__name__}: {exc}")
     return FetchOutcome(
-        provider.name, "ok", offers=offers, skipped=ctx.skipped,
+        provider.name, "ok", offers=offers, skipped=ctx.skipped, rejected=ctx.rejected,
         unknown_gpus=sorted(ctx.unknown_gpus), seconds=time.perf_counter() - start,
         requests=ctx.requests, fetched_at=ctx.fetched_at,
         provider_errors={k: ctx.scrub(v) for k, v in ctx.provider_errors.items()},
@@ -494,26 +643,41 @@ async def fetch_one(provider: Provider, client: httpx.AsyncClient, settings: Htt
     )
 
 
-def check_offers(ctx: FetchContext, offers: list[Offer]) -> None:
-    """Integrity checks run on every batch before it may be stored."""
+def check_offers(ctx: FetchContext, offers: list[Offer]) -> list[Offer]:
+    """Integrity checks run on every batch before it may be stored; returns the offers to store.
+
+    An offer with a price outside the sane bands is dropped and counted as rejected here too,
+    for plugins that build Offer objects without `ctx.offer`.
+    """
     name = ctx.provider.name
-    if not isinstance(offers, list):
+    if not isinstance(offers, list) or not all(isinstance(o, Offer) for o in offers):
         raise ctx.schema_error("plugin returned something other than a list of offers")
-    total = len(offers) + len(ctx.skipped)
+    kept = []
+    for o in offers:
+        if problem := ctx.price_problem(o):
+            ctx.reject(o.offer_id, problem)
+        else:
+            kept.append(o)
+    unusable = len(ctx.skipped) + len(ctx.rejected)
+    total = len(kept) + unusable
     if total == 0 and not (ctx.provider.multi_provider and ctx.provider_errors):
         raise ctx.schema_error("the response held no offers at all")
-    if ctx.provider.guard_skipped_share and len(ctx.skipped) > MAX_SKIPPED_SHARE * total:
+    if ctx.provider.guard_skipped_share and unusable > MAX_SKIPPED_SHARE * total:
+        first = (ctx.skipped or ctx.rejected)[0][1]
         raise ctx.schema_error(
-            f"{len(ctx.skipped)} of {total} rows could not be used (first: {ctx.skipped[0][1]}); "
+            f"{unusable} of {total} rows could not be used (first: {first}); "
             "the API's format has probably changed"
         )
+    if not kept and ctx.rejected:
+        raise ctx.schema_error(f"every row was rejected (first: {ctx.rejected[0][1]})")
     seen: set[tuple[str, str]] = set()
-    for o in offers:
+    for o in kept:
         if o.provider != name and not (ctx.provider.multi_provider and PROVIDER_NAME.fullmatch(o.provider)):
             raise ctx.schema_error(f"offer {o.offer_id} claims provider {o.provider!r}")
         if o.key in seen:
             raise ctx.schema_error(f"duplicate offer id {o.offer_id!r}")
         seen.add(o.key)
+    return kept
 
 
 async def fetch_all(providers: list[Provider], settings: HttpSettings | None = None,
@@ -536,7 +700,9 @@ async def fetch_all(providers: list[Provider], settings: HttpSettings | None = N
         return outcome
 
     async with httpx.AsyncClient(
-        limits=limits, transport=transport, follow_redirects=True,
+        # Redirects are followed by FetchContext.request, which never sends a credential to
+        # another host (httpx would resend a 307/308 body, client secret included).
+        limits=limits, transport=transport, follow_redirects=False,
         headers={"User-Agent": "rentopt (+https://github.com/rentopt/rentopt)"},
     ) as client:
         return list(await asyncio.gather(*(one(p, client) for p in providers)))

@@ -99,6 +99,7 @@ async def access_token(ctx: FetchContext, client_id: str, client_secret: str) ->
     token = reply.get("access_token") if isinstance(reply, dict) else None
     if not isinstance(token, str) or not token:
         raise ctx.schema_error("the token response has no access_token")
+    ctx.add_secret(token)  # scrubbed like the secret, and never sent on to another host
     return token
 
 

@@ -174,7 +174,7 @@ def test_a_refused_key_is_reported_without_the_key(monkeypatch, caplog):
     with respx.mock() as router:
         router.get(LAMBDA_URL).mock(return_value=httpx.Response(401, json={"error": {"message": f"bad key {SECRET}"}}))
         result = CliRunner().invoke(cli, ["refresh", "--providers", "lambda"])
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # none succeeded
     assert "check LAMBDA_API_KEY" in result.output and SECRET not in result.output
     state, offers = stored("lambda")
     assert state.stale and "LAMBDA_API_KEY" in state.last_error and offers == []
@@ -241,10 +241,10 @@ def test_providers_are_fetched_at_the_same_time(registry):
 @pytest.mark.parametrize("setup, names, code", [
     ({"a": "ok", "b": "ok"}, None, 0),
     ({"a": "ok", "b": "fail"}, None, 1),
-    ({"a": "fail", "b": "fail"}, None, 2),
+    ({"a": "fail", "b": "fail"}, None, 3),
     ({"a": "ok", "b": "nokey"}, None, 0),  # skipped for a key nobody asked for: not a failure
     ({"a": "ok", "b": "nokey"}, ["a", "b"], 1),  # explicitly requested: it was not refreshed
-    ({"a": "nokey", "b": "nokey"}, None, 2),
+    ({"a": "nokey", "b": "nokey"}, None, 3),
 ])
 def test_exit_codes(registry, setup, names, code):
     classes = []
@@ -350,7 +350,7 @@ def test_a_second_refresh_while_one_runs_fails_clearly(registry, rentopt_home):
         with pytest.raises(StoreError, match=rf"another `rentopt refresh` \(pid {holder.pid}\) is already updating"):
             run_refresh(None, settings=FAST)
         result = CliRunner().invoke(cli, ["refresh"])
-        assert result.exit_code == 1 and f"(pid {holder.pid})" in result.output
+        assert result.exit_code == 4 and f"(pid {holder.pid})" in result.output
     finally:
         holder.kill()
         holder.wait()

@@ -8,10 +8,12 @@ from decimal import Decimal
 
 import httpx
 import respx
+from click.testing import CliRunner
 
+from rentopt.optimizer.cli import cli
 from rentopt.providers.aws import FAMILIES, AwsProvider, network_gbps
 from tests.providers.helpers import fetch, fetch_recorded, recorded_at, recorded_fixtures
-from tools.fixture_routes import FIXTURES
+from tools.fixture_routes import FIXTURES, install_respx
 
 RECORDED = recorded_at("aws")
 ROOT = "https://pricing.us-east-1.amazonaws.com"
@@ -123,9 +125,11 @@ def test_regions_come_from_the_environment(monkeypatch):
 
 def test_a_bad_region_name_fails_before_any_download(monkeypatch):
     monkeypatch.setenv("RENTOPT_AWS_REGIONS", "us-east-1,Virginia")
-    outcome, routes = fetch_recorded(AwsProvider, assert_all_called=False)
-    assert outcome.status == "failed" and outcome.requests == 0
-    assert "RENTOPT_AWS_REGIONS" in outcome.error and "'Virginia'" in outcome.error
+    with respx.mock(assert_all_called=False) as router:
+        routes = install_respx(router, AwsProvider)
+        result = CliRunner().invoke(cli, ["refresh", "--providers", "aws"])
+    assert result.exit_code == 2 and not any(r.called for r in routes.values())
+    assert result.stderr.startswith("rentopt: error: RENTOPT_AWS_REGIONS='us-east-1,Virginia': 'Virginia' is not")
 
 
 def test_an_unknown_region_names_the_region_and_the_variable(monkeypatch):

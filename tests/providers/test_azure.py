@@ -11,7 +11,9 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 import respx
+from click.testing import CliRunner
 
+from rentopt.optimizer.cli import cli
 from rentopt.providers.azure import (
     DEFAULT_REGIONS,
     SIZES,
@@ -174,9 +176,11 @@ def test_regions_come_from_the_environment(monkeypatch):
 
 def test_a_bad_region_list_fails_with_the_variable_named(monkeypatch):
     monkeypatch.setenv("RENTOPT_AZURE_REGIONS", "East US")
-    outcome = fetch(AzureProvider)
-    assert outcome.status == "failed"
-    assert "RENTOPT_AZURE_REGIONS" in outcome.error and "'East US'" in outcome.error
+    with respx.mock(assert_all_called=False) as router:
+        route = router.get(PRICES_URL).respond(200, json=PAGE2)
+        result = CliRunner().invoke(cli, ["refresh", "--providers", "azure"])
+    assert result.exit_code == 2 and not route.called
+    assert result.stderr.startswith("rentopt: error: RENTOPT_AZURE_REGIONS='East US': 'East US' is not an Azure region")
 
 
 def test_pagination_is_bounded(monkeypatch):

@@ -12,27 +12,28 @@ that refreshes them all is "sheet" (`rentopt refresh --providers sheet`). An off
 `fetched_at` is the sheet's `read_on` date: the day the price was read, never the refresh time.
 `rentopt quote` also reads the user's own sheets directly (`read_user_sheets`), no refresh needed.
 
-A broken sheet (bad syntax, a missing or invalid field, a negative price) is reported with its
-file and field and skipped; the other sheets still load.
+A broken sheet (bad syntax, a missing or invalid field, a negative, zero, NaN or absurd price,
+a currency with no exchange rate) is reported with its file, line and field and contributes no
+offers; the other sheets still load. Files are read with size, nesting and YAML-alias limits
+(providers/sheet_reader.py), so one hostile file fails alone and fast.
 """
 
 from __future__ import annotations
 
-import json
-import tomllib
 from dataclasses import dataclass
 from datetime import date, datetime, time, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rentopt.optimizer.errors import InputError
 from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
 from rentopt.optimizer.paths import rentopt_home
+from rentopt.optimizer.sanity import PriceBands, UnknownCurrency
 from rentopt.providers.base import BillingRules, FetchContext, Provider
+from rentopt.providers.sheet_reader import SheetReadError, field_line, parse_text, read_text
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "sheets"
 SHEET_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
@@ -153,41 +154,30 @@ class PriceSheet(_Strict):
 # Reading sheets
 
 
-def _decimals(value: Any) -> Any:
-    """YAML gives floats; turn them into Decimal through their shortest repr (0.1 stays 0.1)."""
-    if isinstance(value, float):
-        return Decimal(repr(value))
-    if isinstance(value, list):
-        return [_decimals(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _decimals(v) for k, v in value.items()}
-    return value
-
-
 def read_sheet_data(path: Path) -> dict[str, Any]:
     """The raw mapping in a sheet file; a syntax error names the file and where it is."""
+    return _read(path)[0]
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str]:
+    """(mapping, text) of a sheet file, read within the size, nesting and alias limits."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
+    except SheetReadError as exc:
+        raise SheetError(f"price sheet {path}: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SheetError(f"price sheet {path}: cannot be read ({exc})") from None
+    if not text.strip():
+        raise SheetError(f"price sheet {path}: the file is empty; write a sheet (see providers/sheets/jygpu.toml) "
+                         "or remove the file")
     try:
-        if path.suffix == ".toml":
-            data = tomllib.loads(text, parse_float=Decimal)
-        elif path.suffix in (".yaml", ".yml"):
-            data = _decimals(yaml.safe_load(text))
-        else:
-            data = json.loads(text, parse_float=Decimal)
-    except tomllib.TOMLDecodeError as exc:
-        raise SheetError(f"price sheet {path}: not valid TOML ({exc}); fix the syntax") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where else ""
-        raise SheetError(f"price sheet {path}: not valid YAML{at}; fix the syntax") from None
-    except json.JSONDecodeError as exc:
-        raise SheetError(f"price sheet {path}: not valid JSON ({exc.msg} at line {exc.lineno}); fix the syntax") from None
+        data = parse_text(text, path.suffix)
+    except SheetReadError as exc:
+        at = f" line {exc.line}" if exc.line else ""
+        raise SheetError(f"price sheet {path}{at}: {exc}") from None
     if not isinstance(data, dict):
         raise SheetError(f"price sheet {path}: the top level must be a table of fields, not {type(data).__name__}")
-    return data
+    return data, text
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -205,20 +195,64 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out or "(sheet)"
 
 
-def parse_sheet(data: dict[str, Any], path: Path) -> PriceSheet:
+def parse_sheet(data: dict[str, Any], path: Path, text: str | None = None) -> PriceSheet:
+    """Validate a sheet's mapping, then its currency and every price against the sane bands
+    (optimizer/sanity.py). A SheetError names the file, the line (when `text` is given) and the field."""
+    def error(loc: tuple[Any, ...], message: str) -> SheetError:
+        line = field_line(text, path.suffix, loc) if text is not None and loc else None
+        at = f" line {line}" if line else ""
+        return SheetError(f"price sheet {path}{at}: field {_field_path(loc)}: {message}")
+
     try:
-        return PriceSheet.model_validate(data)
+        sheet = PriceSheet.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = _field_path(tuple(first.get("loc", ())))
         message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        raise SheetError(f"price sheet {path}: field {where}: {message}{more}") from None
+        raise error(tuple(first.get("loc", ())), message + more) from None
+    if (problem := sheet_price_problem(sheet)) is not None:
+        raise error(*problem)
+    return sheet
+
+
+def sheet_price_problem(sheet: PriceSheet) -> tuple[tuple[Any, ...], str] | None:
+    """(field path, why) of the first price in `sheet` that cannot be real, or None.
+
+    Every price per GPU-hour (for every GPU count a list expands to), the storage and the
+    transfer prices, against the same bands the provider plugins use; a currency with no
+    exchange rate is refused here too, since no quote could use the sheet's prices.
+    """
+    bands = PriceBands()
+    try:
+        bands.band("gpu_hour", sheet.currency)
+    except UnknownCurrency as exc:
+        return ("currency",), str(exc)
+    month_hours = sheet.billing.month_hours
+    for i, item in enumerate(sheet.offers):
+        counts = item.gpus if isinstance(item.gpus, list) else [item.gpus]
+        for j, price in enumerate(item.prices):
+            for n in counts:
+                option = _options([price], n)[0]
+                if problem := bands.gpu_hour_problem(option, n, month_hours, sheet.currency):
+                    return ("offers", i, "prices", j, "amount"), problem
+    storage, network = sheet.storage, sheet.network
+    for name in ("gb_month", "gb_day", "stopped_gb_month", "stopped_gb_day"):
+        value = getattr(storage, name)
+        if value is not None:
+            monthly = value * Decimal(month_hours) / Decimal(24) if name.endswith("gb_day") else value
+            if problem := bands.problem("storage_gb_month", monthly, sheet.currency):
+                return ("storage", name), problem
+    for name in ("egress_gb", "ingress_gb"):
+        value = getattr(network, name)
+        if value is not None and (problem := bands.problem("transfer_gb", value, sheet.currency)):
+            return ("network", name), problem
+    return None
 
 
 def load_sheet(path: Path) -> PriceSheet:
-    """Read and validate one sheet. Raises SheetError naming the file and the field."""
-    return parse_sheet(read_sheet_data(path), path)
+    """Read and validate one sheet. Raises SheetError naming the file, the line and the field."""
+    data, text = _read(path)
+    return parse_sheet(data, path, text)
 
 
 def user_sheet_dir() -> Path:
@@ -255,13 +289,13 @@ def collect_sheets(bundled_dir: Path | None = None,
         seen_here: dict[str, Path] = {}
         for path in sheet_files(folder):
             try:
-                data = read_sheet_data(path)
+                data, text = _read(path)
             except SheetError as exc:
                 problems.append(SheetProblem(path, str(exc)))
                 continue
             platform = data.get("platform") if isinstance(data.get("platform"), str) else None
             try:
-                sheet = parse_sheet(data, path)
+                sheet = parse_sheet(data, path, text)
             except SheetError as exc:
                 problems.append(SheetProblem(path, str(exc)))
                 if origin == "user" and platform:
@@ -384,11 +418,13 @@ class SheetProvider(Provider):
     # Defaults only: every sheet states its own billing rules, which its offers carry.
     billing = BillingRules(granularity_s=3600, minimum_s=0, stopped_pays="storage", month_hours=720,
                            source="each sheet's [billing] table")
-    # A skip here is a whole sheet, not a row: one broken file must not fail the good ones.
+    # A skip here is a whole sheet, not a row: one broken file must not fail the good ones,
+    # and each one is printed in the refresh summary (file, line, field), not just counted.
     guard_skipped_share = False
     # One provider per platform; a platform whose sheet was deleted leaves the store.
     multi_provider = True
     retires_missing = True
+    report_each_skip = True
 
     async def fetch(self, ctx: FetchContext) -> list[Offer]:
         loaded, problems = collect_sheets()

@@ -201,7 +201,7 @@ def test_load_sheet_raises_an_input_error_naming_the_file(tmp_path):
         load_sheet(path)
     bad_yaml = tmp_path / "s.yaml"
     bad_yaml.write_text("platform: [unclosed\n", encoding="utf-8")
-    with pytest.raises(SheetError, match="not valid YAML at line"):
+    with pytest.raises(SheetError, match=r"s\.yaml line 2: not valid YAML"):
         load_sheet(bad_yaml)
 
 

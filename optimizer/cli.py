@@ -285,9 +285,9 @@ def _tokens_option(ctx: click.Context, param: click.Parameter, value: str | None
         n = float(text[:-1] if mult != 1.0 else text) * mult
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a token count (e.g. 2e9, 500M, 2B)") from None
-    if not math.isfinite(n) or n <= 0:
+    if n <= 0:
         raise click.BadParameter("must be a positive number of tokens")
-    if n < 1 or n > MAX_TOKENS:
+    if not math.isfinite(n) or n < 1 or n > MAX_TOKENS:
         raise click.BadParameter(f"must be from 1 to {MAX_TOKENS:.0e} tokens")
     return n
 

@@ -301,6 +301,8 @@ class TrainingSetup(BaseModel):
                 out.append(t)
             else:
                 raise ValueError(f"unknown LoRA target {t!r}; use {', '.join(LORA_TARGETS)} or all-linear")
+        if not out:  # an empty --lora-targets would train 0 parameters
+            raise ValueError(f"--lora-targets is empty; name at least one of {', '.join(LORA_TARGETS)}, or all-linear")
         return tuple(dict.fromkeys(out))
 
     @model_validator(mode="after")

@@ -21,13 +21,18 @@ fetched_at defaults to the file's modification time and source to the file's pat
 
 Prices follow the project rule (models.py): a compute price of 0 is an error, never "free";
 leave the cell empty when unknown. Storage and transfer prices of 0 are taken as written (free),
-as Vast.ai's feed means them.
+as Vast.ai's feed means them. Every price must be within the sane bands every provider is held
+to (optimizer/sanity.py: 0.001-200 USD per GPU-hour, ...), and the other numbers within sane
+limits (`OFFER_LIMITS`); a file is read up to `MAX_OFFERS_FILE_BYTES`. Any of these is an
+OffersFileError naming the line (CSV) or the offer and its line (JSON).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
@@ -38,6 +43,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import OffersFileError
 from rentopt.optimizer.models import UNIT_HOURS, GpuMatch, Offer, PriceOption, PriceUnit
+from rentopt.optimizer.sanity import PriceBands
 
 # The CSV format, as explicit field lists (a new Offer field must not silently change it).
 REQUIRED_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "currency")
@@ -56,6 +62,33 @@ FALSE_WORDS = frozenset({"no", "n", "false", "0", "", "on-demand", "ondemand"})
 HOURS_PER_DAY = 24
 
 _OFFER_LIST = TypeAdapter(list[Offer])
+
+# `rentopt offers --format json` writes about 1.5 KB per offer: 256 MiB holds 100,000 offers
+# with room to spare, and stops `--offers-file /dev/zero` (or a wrong, huge file) from filling memory.
+MAX_OFFERS_FILE_BYTES = 256 << 20
+
+# Sane limits on an offer's other numbers, (low, high) inclusive. Real offers sit far inside
+# them; they stop a typo (or a fuzzer) from reaching the planner with 1e300 GB per GPU.
+OFFER_LIMITS: dict[str, tuple[float, float]] = {
+    # The largest scale-up domain sold as one node is 72 GPUs (NVIDIA GB200 NVL72).
+    "gpus": (1, 1024),
+    # The largest GPU memory sold is 288 GB (AMD Instinct MI355X).
+    "gpu_memory_gb": (0.001, 4096),
+    "nodes_available": (1, 1_000_000),
+    "interconnect_gbps": (0, 1e6),
+    "fabric_gbps": (0, 1e6),
+    "net_up_mbps": (0, 1e8),
+    "net_down_mbps": (0, 1e8),
+    "host_ram_gb": (0, 1e6),
+    "billing_granularity_s": (1, 31_536_000),  # up to a year
+    "billing_minimum_s": (0, 31_536_000),
+    # A calendar month is 672-744 hours; providers bill 720 (30 days) or 730 (a year / 12).
+    "month_hours": (672, 744),
+    "stopped_max_days": (0, 36_500),
+    "free_disk_gb": (0, 1e9),
+    "max_duration_hours": (0, 876_000),  # a century
+}
+MAX_TERM_HOURS = 5 * 8760  # the longest reserved term sold is 3 years (AWS, Azure)
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,9 +143,13 @@ def read_offers_file(path: Path) -> list[Offer]:
     """Offers from a JSON list of Offer objects or a hand-written CSV; OffersFileError names the problem."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fp:
+            data = fp.read(MAX_OFFERS_FILE_BYTES + 1)
     except OSError as exc:
         raise OffersFileError(f"cannot read offers file {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_OFFERS_FILE_BYTES:
+        raise OffersFileError(f"{path} is larger than {MAX_OFFERS_FILE_BYTES >> 20} MiB, more than any offers file "
+                              "holds; check the path")
     if path.suffix.lower() == ".json" or (path.suffix.lower() != ".csv" and data.lstrip()[:1] == b"["):
         offers = parse_offers_json(data, path.name)
     else:
@@ -120,7 +157,10 @@ def read_offers_file(path: Path) -> list[Offer]:
             text = data.decode("utf-8-sig")  # a spreadsheet's byte-order mark is not part of the header
         except UnicodeDecodeError as exc:
             raise OffersFileError(f"{path.name} is not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV") from None
-        mtime = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+        try:
+            mtime = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+        except (OSError, OverflowError, ValueError):
+            mtime = datetime.now(timezone.utc)
         offers = parse_offers_csv(text, name=path.name, fetched_at=mtime, source=str(path.resolve()))
     if not offers:
         raise OffersFileError(f"{path.name} holds no offers; add at least one line (see `rentopt offers --help`)")
@@ -129,9 +169,12 @@ def read_offers_file(path: Path) -> list[Offer]:
 
 
 def parse_offers_json(data: bytes | str, name: str = "offers file") -> list[Offer]:
-    """A JSON list of Offer objects; errors name the offer (1-based) and the field."""
+    """A JSON list of Offer objects; errors name the offer (1-based), its line and the field.
+
+    Validation is strict, so `"gpus": true` or `"gpus": "8"` is an error rather than a 1 or an 8.
+    """
     try:
-        return _OFFER_LIST.validate_json(data)
+        offers = _OFFER_LIST.validate_json(data, strict=True)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = list(err.get("loc", ()))
@@ -141,13 +184,86 @@ def parse_offers_json(data: bytes | str, name: str = "offers file") -> list[Offe
         if not loc or not isinstance(loc[0], int):
             raise OffersFileError(f"{name}: expected a JSON list of offers ({msg})") from None
         where = ".".join(str(p) for p in loc[1:]) or "the offer"
-        raise OffersFileError(f"{name}: offer {loc[0] + 1}, field {where}: {msg}") from None
+        raise OffersFileError(f"{_json_where(data, name, loc[0])}, field {where}: {msg}") from None
+    for index, o in enumerate(offers):
+        if problem := offer_problem(o):
+            field, message = problem
+            raise OffersFileError(f"{_json_where(data, name, index)}, field {field}: {message}")
+    return offers
+
+
+def _json_where(data: bytes | str, name: str, index: int) -> str:
+    """'<file> line N: offer K' for the offer at `index` of a JSON list (line when findable)."""
+    line = _json_element_line(data.encode() if isinstance(data, str) else data, index)
+    return f"{name} line {line}: offer {index + 1}" if line else f"{name}: offer {index + 1}"
+
+
+_JSON_SIGNIFICANT = re.compile(rb'["\\\[\]{}]')
+
+
+def _json_element_line(data: bytes, index: int) -> int | None:
+    """The line on which the `index`-th object of a top-level JSON array starts.
+
+    A scan over the brackets and quotes only (skipping string contents), run once per error.
+
+    >>> _json_element_line(b'[\\n  {"a": "}{"},\\n  {"b": 1}\\n]', 1)
+    3
+    """
+    depth, in_string, seen, pos = 0, False, -1, 0
+    while (m := _JSON_SIGNIFICANT.search(data, pos)) is not None:
+        char, start = m.group(), m.start()
+        pos = start + 1
+        if in_string:
+            if char == b"\\":
+                pos = start + 2  # the escaped character, whatever it is
+            elif char == b'"':
+                in_string = False
+            continue
+        if char == b'"':
+            in_string = True
+        elif char in (b"[", b"{"):
+            depth += 1
+            if depth == 2 and char == b"{":
+                seen += 1
+                if seen == index:
+                    return data.count(b"\n", 0, start) + 1
+        else:
+            depth -= 1
+    return None
+
+
+def offer_problem(offer: Offer) -> tuple[str, str] | None:
+    """(field, why) for the first thing in `offer` that cannot be real, else None: a GPU id the
+    catalog does not have, a number outside OFFER_LIMITS, a price outside the sane bands."""
+    from rentopt.optimizer.hardware import load_catalog
+
+    if offer.gpu is not None and offer.gpu not in load_catalog():
+        return "gpu", (f"{offer.gpu!r} is not a GPU id rentopt knows; use an id from `rentopt gpus`, or null "
+                       "with gpu_raw and gpu_memory_gb for a card it does not know")
+    for field, (low, high) in OFFER_LIMITS.items():
+        value = getattr(offer, field)
+        if value is not None and (not math.isfinite(value) or not low <= value <= high):
+            return field, f"{value!r} is outside the sane range {low:g} to {high:g}"
+    for i, option in enumerate(offer.price_options):
+        if option.term_hours is not None and option.term_hours > MAX_TERM_HOURS:
+            return f"price_options.{i}.term_hours", f"{option.term_hours} is longer than {MAX_TERM_HOURS} hours (5 years)"
+    bands = PriceBands()
+    for i, option in enumerate(offer.price_options):
+        if problem := bands.gpu_hour_problem(option, offer.gpus, offer.month_hours, offer.currency):
+            return f"price_options.{i}.amount", problem
+    if problem := bands.offer_problem(offer):
+        field, _, message = problem.partition(": ")
+        return (field, message) if message else ("currency", problem)
+    return None
 
 
 def parse_offers_csv(text: str, *, name: str, fetched_at: datetime, source: str) -> list[Offer]:
     """Offers from the hand-writable CSV format; errors name the line and the field."""
     reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip().lower() for h in (reader.fieldnames or [])]
+    try:
+        header = [h.strip().lower() for h in (reader.fieldnames or [])]
+    except csv.Error as exc:
+        raise OffersFileError(f"{name} line 1 is not CSV ({exc})") from None
     if not header:
         raise OffersFileError(f"{name} is empty; its first line must name the columns: {', '.join(REQUIRED_COLUMNS)}")
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
@@ -160,12 +276,20 @@ def parse_offers_csv(text: str, *, name: str, fetched_at: datetime, source: str)
         )
     reader.fieldnames = header
     offers = []
-    for row in reader:
+    bands = PriceBands()
+    rows = iter(reader)
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # a NUL byte, a cell over the csv module's size limit
+            raise OffersFileError(f"{name} line {reader.line_num + 1} is not CSV ({exc})") from None
         if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
             continue  # blank line
         if None in row:  # more cells than header columns
             raise OffersFileError(f"{name} line {reader.line_num}: more cells than columns in the header")
-        offers.append(_offer_from_row(_Row(row, name, reader.line_num), fetched_at, source))
+        offers.append(_offer_from_row(_Row(row, name, reader.line_num), fetched_at, source, bands))
     return offers
 
 
@@ -232,7 +356,7 @@ class _Row:
         return when
 
 
-def _offer_from_row(row: _Row, fetched_at: datetime, source: str) -> Offer:
+def _offer_from_row(row: _Row, fetched_at: datetime, source: str, bands: PriceBands | None = None) -> Offer:
     from rentopt.optimizer.hardware import get_gpu
 
     spot = row.boolean("spot")
@@ -283,11 +407,20 @@ def _offer_from_row(row: _Row, fetched_at: datetime, source: str) -> Offer:
     if match.status == "default":  # a bare name read as the usual variant: the offer says so
         fields["extra"] = {"gpu_note": match.note, "gpu_candidates": list(match.candidates)}
     try:
-        return Offer(**fields)
+        offer = Offer(**fields)
     except ValidationError as exc:
         err = exc.errors()[0]
         column = ".".join(str(p) for p in err.get("loc", ())) or "offer"
         raise row.error(column, err.get("msg", "invalid").removeprefix("Value error, ")) from None
+    bands = bands or PriceBands()
+    columns = [c for c in PRICE_COLUMNS if row.text(c) is not None]
+    for column, option in zip(columns, offer.price_options, strict=True):
+        if problem := bands.gpu_hour_problem(option, offer.gpus, offer.month_hours, offer.currency):
+            raise row.error(column, problem)
+    if problem := offer_problem(offer):
+        column, message = problem
+        raise row.error({"storage_stopped_gb_month": "storage_gb_month"}.get(column, column), message)
+    return offer
 
 
 def _sheet_gpu(row: _Row, gpu_raw: str, memory: float | None) -> GpuMatch:

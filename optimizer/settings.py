@@ -159,7 +159,10 @@ class Settings(BaseModel):
                 return None
             if "\x00" in v:
                 raise ValueError("holds a NUL byte")
-            return Path(v).expanduser()
+            try:
+                return Path(v).expanduser()
+            except RuntimeError:
+                raise ValueError("starts with ~ but names no user with a home directory") from None
         return v
 
     @field_validator("http_timeout_s", mode="before")

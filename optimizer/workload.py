@@ -197,7 +197,10 @@ def resolve_model(text: str) -> ModelSpec:
     """
     if not text or not text.strip():
         raise InputError("no model given; name a preset (`rentopt models`), a size like 13b, or a config.json path.")
-    path = Path(text.strip()).expanduser()
+    try:
+        path = Path(text.strip()).expanduser()
+    except RuntimeError:  # "~name" of a user with no home directory: not a path, maybe a name
+        path = Path(text.strip())
     config = _config_path(path)
     if config is not None:
         return load_hf_config(config)
@@ -431,6 +434,8 @@ def _read_config(path: Path) -> dict[str, Any]:
         raise InputError(
             f"{where} is not valid JSON (line {exc.lineno}, column {exc.colno}); give a Hugging Face config.json."
         ) from None
+    except RecursionError:  # json.loads gives up on nesting thousands deep; no config is
+        raise InputError(f"{where} is nested too deeply to be a model config.json; give a Hugging Face config.json.") from None
     if not isinstance(raw, dict):
         raise InputError(f"{where} holds a JSON {type(raw).__name__}, not an object; give a Hugging Face config.json.")
     return raw

@@ -256,8 +256,10 @@ def test_json_field_errors_name_the_offer_and_field():
     bad["price_options"][0]["amount"] = "0"
     import json
 
-    with pytest.raises(OffersFileError, match=r"offers.json: offer 2, field price_options.0.amount: .*greater than 0"):
+    with pytest.raises(OffersFileError, match=r"offers.json line 1: offer 2, field price_options.0.amount: .*greater than 0"):
         parse_offers_json(json.dumps([good, bad]), "offers.json")
+    with pytest.raises(OffersFileError, match=r"offers.json line 3: offer 2, field price_options.0.amount: .*greater than 0"):
+        parse_offers_json("[\n" + ",\n".join(json.dumps(o) for o in (good, bad)) + "\n]", "offers.json")
 
 
 # --------------------------------------------------------------------------------------------

@@ -87,11 +87,14 @@ def _show(amount: Decimal) -> str:
 
     >>> _show(Decimal("1.50")), _show(Decimal("1E+12")), _show(Decimal("0.000000001")), _show(Decimal("NaN"))
     ('1.5', '1E+12', '1E-9', 'NaN')
+    >>> _show(Decimal("4756468.797564687975646879756")), _show(Decimal("0.000960521234"))
+    ('4756468.7976', '0.000960521')
     """
     if not amount.is_finite():
         return str(amount)
     if amount == 0 or Decimal("0.0001") <= abs(amount) <= Decimal("1e9"):
-        return f"{amount.normalize():f}"
+        shown = amount.quantize(Decimal("0.0001")) if abs(amount) >= 1 else Decimal(format(amount, ".6g"))
+        return f"{shown.normalize():f}"
     return format(amount.normalize(), "E")
 
 

@@ -655,6 +655,11 @@ def _file_system_fault(exc: sqlite3.Error, path: Path, doing: str) -> FileSystem
             f"cannot open the price store {path}: its directory is not readable and writable by this user, or is "
             "on a read-only file system; fix the permissions, or point RENTOPT_HOME at another directory"
         )
+    if name.startswith("SQLITE_IOERR") and _nearly_full(path):
+        return FileSystemError(
+            f"disk full: cannot {doing} the price store {path} (its device has no space left for the "
+            "store's journal). Nothing stored was changed; free some space, then run the command again."
+        )
     if name.startswith("SQLITE_IOERR"):
         return FileSystemError(
             f"disk I/O error on the price store {path} ({text}): the device may be full, removed or failing; "
@@ -678,6 +683,17 @@ def _sql_errors(path: Path, doing: str = "use") -> Iterator[None]:
         if fault := _file_system_fault(exc, path, doing):
             raise fault from exc
         raise StoreError(f"the price store {path} is damaged ({exc}). {way_out(path)}") from exc
+
+
+def _nearly_full(path: Path) -> bool:
+    """Whether the store's device has (almost) no space left: SQLite reports a journal it could
+    not extend as a plain I/O error."""
+    import shutil
+
+    try:
+        return shutil.disk_usage(path.parent).free < 1 << 20
+    except OSError:
+        return False
 
 
 def _rollback(db: sqlite3.Connection) -> None:

@@ -168,7 +168,7 @@ def _read(path: Path) -> tuple[dict[str, Any], str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise SheetError(f"price sheet {path}: cannot be read ({exc})") from None
     if not text.strip():
-        raise SheetError(f"price sheet {path}: the file is empty; write a sheet (see providers/sheets/jygpu.toml) "
+        raise SheetError(f"price sheet {path}: the file is empty; write a sheet (README, \"Price sheets\", lists the fields) "
                          "or remove the file")
     try:
         data = parse_text(text, path.suffix)

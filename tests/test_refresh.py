@@ -478,3 +478,92 @@ def test_offers_filters_by_price_in_the_offers_own_currency(rentopt_home):
     from rentopt.optimizer.models import Offer
 
     assert all(hour_price(Offer.model_validate(o)) <= Decimal("1.5") for o in offers)
+
+
+# --------------------------------------------------------------------------------------------
+# JSON output, and a price no store can hold
+
+
+def test_refresh_format_json_has_each_provider_and_the_exit_code(registry, monkeypatch):
+    registry(fake("a"), fake("b", fail="kaput"), fake("c", key_env="SEE_API_KEY"))
+    with respx.mock() as router:
+        serve(router, "a", ROWS)
+        result = CliRunner().invoke(cli, ["refresh", "--format", "json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["exit_code"] == 1 and report["store"] == str(store_path())
+    by_name = {p["provider"]: p for p in report["providers"]}
+    assert by_name["a"]["status"] == "ok" and by_name["a"]["offers"] == 2 and by_name["a"]["new"] == 2
+    assert by_name["b"]["status"] == "failed" and by_name["b"]["error"] == "plugin raised RuntimeError: kaput"
+    assert by_name["b"]["offers"] is None and by_name["b"]["kept_earlier_prices"] is False
+    assert by_name["c"]["status"] == "skipped" and "SEE_API_KEY" in by_name["c"]["error"]
+
+
+def test_providers_format_json_never_holds_the_key(monkeypatch, registry):
+    monkeypatch.setenv("NEED_API_KEY", SECRET)
+    registry(fake("open"), fake("need", key_env="NEED_API_KEY"))
+    with respx.mock() as router:
+        serve(router, "open", ROWS)
+        serve(router, "need", ROWS)
+        run_refresh(None, settings=FAST)
+    result = CliRunner().invoke(cli, ["providers", "--format", "json"])
+    assert result.exit_code == 0 and SECRET not in result.output
+    data = json.loads(result.stdout)
+    need = next(p for p in data["providers"] if p["provider"] == "need")
+    assert need["key"] == "yes" and need["key_env"] == "NEED_API_KEY" and need["offers"] == 2 and not need["stale"]
+    assert need["last_success_at"].endswith("Z") and data["has_store"] is True and data["broken_plugins"] == []
+
+
+class BypassingProvider(FakeProvider):
+    """A plugin that builds Offer objects itself, skipping ctx.offer (and so its band check)."""
+
+    name: ClassVar[str] = "bypass"
+    api_root: ClassVar[str] = "https://bypass.test/api"
+
+    async def fetch(self, ctx):
+        from rentopt.optimizer.models import Offer
+
+        def offer(i: str, price: str) -> Offer:
+            return Offer(provider="bypass", offer_id=i, gpu="RTX-4090-24GB", gpu_raw="RTX 4090", gpus=1,
+                         gpu_memory_gb=24, price_options=[PriceOption(unit="hour", amount=Decimal(price))],
+                         currency="USD", fetched_at=ctx.fetched_at, source="https://bypass.test/api")
+        return [offer("huge", "1e400"), offer("ok1", "0.40"), offer("ok2", "0.41"), offer("ok3", "0.42")]
+
+
+def test_an_unstorable_price_fails_its_row_never_the_providers_after_it(registry):
+    """'1e400' reached the store's history writer (InvalidOperation), ending the refresh with the
+    providers after it unrefreshed and no failure recorded. Now the row is rejected and counted."""
+    registry(BypassingProvider, fake("zz"))
+    with respx.mock() as router:
+        serve(router, "zz", ROWS)
+        report = run_refresh(None, settings=FAST)
+    bypass, zz = report.results
+    assert bypass.status == "ok" and bypass.rejected_rows == 1 and bypass.offers == 3
+    assert bypass.problems == ["rejected huge: 1E+400 USD per GPU-hour is above the sane range 0.001-200 USD"]
+    assert zz.status == "ok" and zz.offers == 2
+    assert "bypass: 1 row(s) rejected: a price outside the sane range" in format_report(report)
+
+
+def test_a_provider_the_store_cannot_take_is_recorded_and_the_next_still_stored(registry, monkeypatch):
+    from decimal import InvalidOperation
+
+    import rentopt.optimizer.store as store_module
+
+    registry(fake("aa"), fake("bb"))
+    write = store_module.Store.write_snapshot
+
+    def choke(self, provider, offers, **kw):
+        if provider == "aa":
+            raise InvalidOperation([object])
+        return write(self, provider, offers, **kw)
+
+    monkeypatch.setattr(store_module.Store, "write_snapshot", choke)
+    with respx.mock() as router:
+        serve(router, "aa", ROWS)
+        serve(router, "bb", ROWS)
+        report = run_refresh(None, settings=FAST)
+    aa, bb = report.results
+    assert aa.status == "failed" and aa.error.startswith("fetched, but could not be stored (InvalidOperation")
+    assert bb.status == "ok" and bb.offers == 2 and report.exit_code == 1
+    state, offers = stored("aa")
+    assert state.stale and state.last_error.startswith("fetched, but could not be stored") and offers == []

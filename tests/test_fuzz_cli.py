@@ -127,6 +127,20 @@ OFFER_FIELDS = ["gpu", "gpus", "gpu_memory_gb", "price_options", "currency", "mo
                 "egress_gb", "nodes_available", "max_duration_hours", "free_disk_gb", "billing_granularity_s",
                 "interconnect", "spot", "fetched_at", "provider", "offer_id", "stopped_bills"]
 PRICE_FIELDS = ["amount", "unit", "term_hours", "interruptible"]
+# Values a real file may hold, so that mutated files also reach the planner and the solver.
+PLAUSIBLE = {
+    "gpu": st.sampled_from(["A100-SXM4-80GB", "H100-SXM-80GB", "RTX-4090-24GB", "L40S-48GB", None]),
+    "gpus": st.sampled_from([1, 2, 4, 8]), "gpu_memory_gb": st.sampled_from([16, 24, 48, 80, 141]),
+    "month_hours": st.sampled_from([720, 730]), "storage_gb_month": st.sampled_from(["0", "0.1", "0.45", None]),
+    "egress_gb": st.sampled_from(["0", "0.09", None]), "nodes_available": st.integers(1, 16),
+    "max_duration_hours": st.sampled_from([1, 24, 1000, None]), "free_disk_gb": st.sampled_from([0, 50, 500]),
+    "billing_granularity_s": st.sampled_from([1, 60, 600, 3600]), "interconnect": st.sampled_from(["nvlink", "pcie", "unknown"]),
+    "spot": st.booleans(), "currency": st.sampled_from(["USD", "CNY", "EUR"]),
+    "stopped_bills": st.sampled_from(["storage", "everything", "nothing"]),
+    "amount": st.sampled_from(["0.05", "0.5", "3", "12.5", "99", "1500"]),
+    "unit": st.sampled_from(["hour", "day", "week", "month"]), "term_hours": st.sampled_from([None, 8760]),
+    "interruptible": st.booleans(),
+}
 
 CSV_HEADER = "provider,offer_id,gpu,gpus,price_hour,currency,price_month,storage_gb_month,max_days,gpu_memory_gb"
 
@@ -138,10 +152,12 @@ def offers_file(draw) -> tuple[str, str]:
     if kind == "json":
         offers = good_offers()
         target = offers[draw(st.integers(0, len(offers) - 1))]
-        if draw(st.booleans()):
-            target["price_options"][0][draw(st.sampled_from(PRICE_FIELDS))] = draw(JSON_VALUES)
-        else:
-            target[draw(st.sampled_from(OFFER_FIELDS))] = draw(JSON_VALUES)
+        for _ in range(draw(st.integers(1, 3))):
+            in_price = draw(st.booleans())
+            field = draw(st.sampled_from(PRICE_FIELDS if in_price else OFFER_FIELDS))
+            hostile = field not in PLAUSIBLE or draw(st.booleans())
+            value = draw(JSON_VALUES if hostile else PLAUSIBLE[field])
+            (target["price_options"][0] if in_price else target)[field] = value
         return ".json", json.dumps(offers)
     if kind == "csv":
         cell = st.one_of(number_text(), st.sampled_from(["RTX 4090", "A100-SXM4-80GB", "FOO-9000", "USD", "CNY", "XYZ"]))

@@ -124,10 +124,16 @@ class FaultServer:
 # -- faults ------------------------------------------------------------------------------------
 
 
-def drip(seconds_per_byte: float = 1.0) -> Fault:
-    """The recorded body, one byte at a time (headers at once, Content-Length honest)."""
+def drip(seconds_per_byte: float = 1.0, give_up_after_s: float = 10.0) -> Fault:
+    """The recorded body, one byte at a time (headers at once, Content-Length honest).
+
+    After `give_up_after_s` the server drops the connection, so a client with no time budget
+    fails a test in seconds instead of hanging it for hours.
+    """
     def fault(server: FaultServer, request: Received, recorded: bytes) -> Reply:
-        return 200, {"Content-Type": "application/json"}, [recorded[i:i + 1] for i in range(len(recorded))], seconds_per_byte
+        count = max(1, int(give_up_after_s / seconds_per_byte))
+        return 200, {"Content-Type": "application/json", "Content-Length": str(len(recorded))}, \
+            [recorded[i:i + 1] for i in range(min(count, len(recorded)))], seconds_per_byte
     return fault
 
 

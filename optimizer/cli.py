@@ -63,7 +63,9 @@ MAX_HOURS = 8760  # a year, for --validate-hours and --checkpoint-every
 # 1e15 tokens: 60 x Llama 3's 15.6T pre-training tokens (Meta, "The Llama 3 Herd of Models", 2024).
 MAX_TOKENS = 1e15
 MAX_DATA_GB = 1_000_000  # a petabyte
-MAX_BUDGET = 1_000_000_000_000  # 1e12 in the quote currency
+# 1e9 in the quote currency: the solver counts money in 3.6e9 units per currency unit
+# (billing.SCALE: per-second micro-units), and CP-SAT's int64 ends at 9.2e18.
+MAX_BUDGET = 1_000_000_000
 # Per GPU: the largest GPU memory sold is 288 GB (AMD MI355X); a measured peak above 10x that is a typo.
 MAX_GPU_MEMORY_GB = 4096.0
 

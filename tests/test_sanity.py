@@ -45,11 +45,13 @@ def test_monthly_and_term_prices_are_checked_per_gpu_hour():
     assert problem == "term price 1E+12 USD = 4756468.7976 USD per GPU-hour is above the sane range 0.001-200 USD"
 
 
-def test_cny_and_other_currencies():
+def test_cny_and_other_currencies(rentopt_home):
+    rentopt_home.mkdir(parents=True)
+    (rentopt_home / "config.toml").write_text("[fx]\nEUR = 0.9\n", encoding="utf-8")  # a fixed rate
     bands = PriceBands()
-    assert bands.band("gpu_hour", "CNY").high == Decimal(1500)
-    eur = bands.band("gpu_hour", "EUR")  # the USD band at the bundled 0.96052 EUR per USD
-    assert (eur.low, eur.high) == (Decimal("0.00096052"), Decimal("192.10400"))
+    assert (bands.band("gpu_hour", "CNY").low, bands.band("gpu_hour", "CNY").high) == (Decimal("0.006"), Decimal(1500))
+    eur = bands.band("gpu_hour", "EUR")  # the USD band at 0.9 EUR per USD: 0.0009 to 180
+    assert (eur.low, eur.high) == (Decimal("0.0009"), Decimal("180"))
     assert "unknown currency 'XYZ'" in bands.offer_problem(offer(hour("8"), currency="XYZ"))
 
 

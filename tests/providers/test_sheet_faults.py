@@ -34,7 +34,7 @@ CASES = {
     "nan price": ("bad.toml", BAD.replace("amount = 2", "amount = nan"), "finite number", 10),
     "inf price": ("bad.toml", BAD.replace("amount = 2", "amount = inf"), "finite number", 10),
     "absurd price": ("bad.toml", BAD.replace("amount = 2", "amount = 1e12"),
-                     "1E+12 CNY per GPU-hour is above the sane range 0.007-1500 CNY", 10),
+                     "1E+12 CNY per GPU-hour is above the sane range 0.006-1500 CNY", 10),
     "1e400 text": ("bad.toml", BAD.replace("amount = 2", 'amount = "1e400"'), "1E+400 CNY per GPU-hour is above", 10),
     "tiny price": ("bad.toml", BAD.replace("amount = 2", "amount = 0.000001"), "is below the sane range", 10),
     "absurd storage": ("bad.toml", BAD.replace("[[offers]]", "[storage]\ngb_month = 1e9\n[[offers]]"),

@@ -70,8 +70,8 @@ ENV: dict[str, str] = {
     "aws_regions": "RENTOPT_AWS_REGIONS",
     "aws_spot": "RENTOPT_AWS_SPOT",
     "aws_spot_url": "RENTOPT_AWS_SPOT_URL",
-    # Data sources. The SkyPilot catalog plugin's RENTOPT_SKYPILOT_CATALOG belongs here: a
-    # `skypilot_catalog: Path | None = None` field, this line, and a HINTS line.
+    # Data sources.
+    "skypilot_catalog": "RENTOPT_SKYPILOT_CATALOG",
 }
 
 HINTS: dict[str, str] = {
@@ -88,6 +88,7 @@ HINTS: dict[str, str] = {
     "aws_regions": "a comma list of AWS region names such as us-east-1,us-west-2",
     "aws_spot": "1 (default: also fetch AWS spot prices) or 0",
     "aws_spot_url": "an http(s) URL",
+    "skypilot_catalog": "a folder or an http(s) URL holding <cloud>/vms.csv files",
     "base_urls": "an http(s) URL of the provider's API root, e.g. https://mirror.example/api/v0",
 }
 
@@ -148,6 +149,7 @@ class Settings(BaseModel):
     aws_regions: tuple[str, ...] | None = None  # None: aws.py's defaults
     aws_spot: bool = True
     aws_spot_url: str | None = None
+    skypilot_catalog: str | None = None  # a folder or an http(s) URL base of <cloud>/vms.csv files
     # RENTOPT_<PROVIDER>_BASE_URL, keyed by the variable's name (third-party plugins have one too).
     base_urls: dict[str, str] = {}
 
@@ -235,6 +237,17 @@ class Settings(BaseModel):
     @classmethod
     def _spot_url(cls, v: Any) -> Any:
         return _http_url(v) if isinstance(v, str) else v
+
+    @field_validator("skypilot_catalog", mode="before")
+    @classmethod
+    def _catalog(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if v.strip().startswith(("http://", "https://")):
+                return _http_url(v)
+            if "\x00" in v:
+                raise ValueError("holds a NUL byte")
+            return v.strip()
+        return v
 
     def base_url(self, env_name: str) -> str | None:
         """The override for a provider's API root (`RENTOPT_<NAME>_BASE_URL`), if set."""

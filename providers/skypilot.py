@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from rentopt.optimizer.settings import settings
 from rentopt.providers import multinode
 from rentopt.providers.base import BillingRules, FetchContext, Provider, to_decimal
 
@@ -237,7 +237,8 @@ class SkyPilotProvider(Provider):
     guard_skipped_share = False
 
     def base_url(self) -> str:
-        if value := os.environ.get(CATALOG_ENV) or os.environ.get(self.base_url_env()):
+        configured = settings()  # RENTOPT_SKYPILOT_CATALOG, RENTOPT_SKYPILOT_BASE_URL (checked there)
+        if value := configured.skypilot_catalog or configured.base_url(self.base_url_env()):
             return value.rstrip("/")
         local = LOCAL_CATALOG.expanduser()
         if local.is_dir():

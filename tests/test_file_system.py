@@ -132,15 +132,15 @@ def test_a_price_the_store_cannot_hold_fails_that_provider_only(rentopt_home, mo
     refresh_sheets()
     before = stored_offers(store_path())
     with open_writable() as store:
-        good = [o for o in store.load_offers() if o.provider == "sheet"]
+        good = [o for o in store.load_offers() if o.provider == "jygpu"]
     huge = good[0].model_copy(update={"price_options": [models.PriceOption(unit="hour", amount=Decimal("1E+400"))]})
     with pytest.raises(StoreError, match="has a price the store cannot hold"):
         with open_writable() as store:
-            store.write_snapshot("sheet", [huge, *good[1:]], fetched_at=good[0].fetched_at)
+            store.write_snapshot("jygpu", [huge, *good[1:]], plugin="sheet", fetched_at=good[0].fetched_at)
     assert stored_offers(store_path()) == before
     # The band check is what keeps it from ever getting that far in a refresh:
     ctx = base.FetchContext(base.get_providers(["sheet"])[0], client=None)  # type: ignore[arg-type]
-    assert "1E+400 CNY per GPU-hour is above the sane range" in ctx.price_problem(huge)
+    assert "1.25E+399 CNY per GPU-hour is above the sane range" in ctx.price_problem(huge)  # 8 GPUs
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
-from tools.fixture_routes import Manifest
+from tools.fixture_routes import FixtureRoute, Manifest
 
 
 @dataclass
@@ -63,15 +63,16 @@ class FaultServer:
                 body = self.rfile.read(length) if length else b""
                 request = Received(self.command, self.path, dict(self.headers.items()), body)
                 server.received.append(request)
-                recorded = server.recorded(request)
+                route = server.route(request)
+                recorded = (server.bodies.get(route.fixture.name) or route.body()) if route else b""
                 reply = server.fault(server, request, recorded) if server.fault else None
                 if reply == HANG:
                     server._stop.wait(30)
                     self.close_connection = True
                     return
                 if reply is None:
-                    reply = (200, {"Content-Type": "application/json"}, [recorded], 0.0) if recorded else \
-                        (404, {"Content-Type": "text/plain"}, [b"no such route"], 0.0)
+                    reply = (route.status, {"Content-Type": "application/json", **route.headers}, [recorded], 0.0) \
+                        if route else (404, {"Content-Type": "text/plain"}, [b"no such route"], 0.0)
                 status, headers, chunks, pause = reply
                 self.send_response(status)
                 for k, v in headers.items():
@@ -104,16 +105,16 @@ class FaultServer:
     def netloc(self) -> str:
         return f"127.0.0.1:{self._server.server_address[1]}"
 
-    def recorded(self, request: Received) -> bytes:
-        """The recorded body for a request: the first manifest route whose method, path and
-        query parameters match (as tools/fixture_routes.py matches them for respx)."""
+    def route(self, request: Received) -> FixtureRoute | None:
+        """The first manifest route whose method, path and query parameters match the request
+        (as tools/fixture_routes.py matches them for respx); its status and headers are served too."""
         parts = urlsplit(request.target)
         query = dict(parse_qsl(parts.query))
         for route in self.manifest.routes:
             if route.method == request.method and route.path == parts.path and \
                     all(query.get(k) == v for k, v in route.params.items()):
-                return self.bodies.get(route.fixture.name) or route.body()
-        return b""
+                return route
+        return None
 
     def close(self) -> None:
         self._stop.set()

@@ -63,7 +63,7 @@ def refresh(*args: str):
 
 def current_offers() -> set[str]:
     with open_readonly(store_path()) as store:  # type: ignore[union-attr]
-        return {o.offer_id for o in store.load_offers()}
+        return {f"{o.provider}/{o.offer_id}" for o in store.load_offers()}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -104,8 +104,9 @@ def test_every_bad_sheet_in_one_folder_is_reported_and_the_good_one_loads(rentop
     assert result.exit_code == 0
     import json
 
-    (sheet,) = json.loads(result.stdout)["providers"]
-    reported = [p for p in sheet["problems"] if "price sheet" in p]
+    runs = [p for p in json.loads(result.stdout)["providers"] if p["plugin"] == "sheet"]
+    assert runs and all(r["problems"] == runs[0]["problems"] for r in runs)  # the plugin's run, on each line
+    reported = [p for p in runs[0]["problems"] if "price sheet" in p]
     assert len(reported) == len(CASES), reported
     assert "good/a" in current_offers()
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.providers import loopback  # noqa: E402
-from tools.build_snapshot import PLACEHOLDER_CREDENTIAL, builtin_providers  # noqa: E402
+from tools.fixture_routes import PLACEHOLDER_CREDENTIAL, builtin_providers  # noqa: E402
 from tools.fixture_routes import load_manifest  # noqa: E402
 
 

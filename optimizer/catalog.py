@@ -30,7 +30,7 @@ from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -38,6 +38,10 @@ from rentopt.optimizer.errors import InputError, StoreError
 from rentopt.optimizer.models import Offer, Origin, PlanRow, PriceOrigin, PriceSource, plan_row
 from rentopt.optimizer.offers_io import age_words, hour_price, read_offers_file
 from rentopt.optimizer.store import HistorySnapshot, OfferQuery, open_readonly, store_path
+
+
+if TYPE_CHECKING:
+    from rentopt.optimizer.offer_table import OfferTable
 
 SNAPSHOT_RESOURCE = "data/snapshot.json.gz"
 SNAPSHOT_FORMAT = 2
@@ -149,6 +153,13 @@ class OfferSet:
         return [PriceSource(provider=p.provider, source=p.source, fetched_at=p.fetched_at, origin=p.origin,
                             stale=p.stale, line=p.describe(now))
                 for p in (self.provenance[name] for name in sorted(self.provenance))]
+
+    def table(self) -> OfferTable:
+        """The set as an OfferTable for the planner's first pass; its resolver gives the full
+        offers of the rows the first pass keeps."""
+        from rentopt.optimizer.offer_table import OfferTable
+
+        return OfferTable.from_offers(self.all_offers())
 
     def all_offers(self) -> list[Offer]:
         """Every offer of the set as a full Offer (a lazy set reads them from the store now)."""

@@ -981,13 +981,13 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     """
     from rentopt.optimizer.solver import solve
 
-    all_offers = offers.all_offers()
+    table = offers.table()
     if req.measured_peak_gb is not None and req.measured is None:
-        req = replace(req, measured=_peak_scale(req, all_offers, fx))
-    planned = plan_instance(req, all_offers, fx)
+        req = replace(req, measured=_peak_scale(req, table, fx))
+    planned = plan_instance(req, table, fx)
     inst = planned.instance
     if not inst.train:
-        raise _no_candidates(planned, req, len(all_offers))
+        raise _no_candidates(planned, req, table.n)
     try:
         solution = solve(inst, top_k=req.top)
     except NoFeasiblePlan as exc:
@@ -1011,7 +1011,7 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     )
 
 
-def _peak_scale(req: QuoteRequest, offers: Sequence[Offer], fx: FxTable) -> MeasuredPeak:
+def _peak_scale(req: QuoteRequest, offers: OfferTable, fx: FxTable) -> MeasuredPeak:
     """The activation scale of a measured peak: on `--measured-on SPEC` when given, else on the
     validation layout the quote prescribes without the measurement (its #1 plan's validation
     stage, or its training stage when the quote has no validation)."""
@@ -1026,7 +1026,7 @@ def _peak_scale(req: QuoteRequest, offers: Sequence[Offer], fx: FxTable) -> Meas
         return measured_peak(req, fit.layout, get_gpu(ref.gpu), ref.text)
     plain = plan_instance(replace(req, measured_peak_gb=None, top=1), offers, fx)
     if not plain.instance.train:
-        raise _no_candidates(plain, req, len(offers))
+        raise _no_candidates(plain, req, offers.n)
     [bill] = solve(plain.instance, top_k=1).plans
     c = plain.candidates[bill.choice.validate or bill.choice.train]
     where = f"{c.use.nodes * c.offer.gpus} x {c.gpu.id} ({c.offer.provider}/{c.offer.offer_id}, the quote's validation)"

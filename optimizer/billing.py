@@ -1130,6 +1130,8 @@ class PriceColumns:
         self.terms = {row: tuple((h, p * factor[row]) for h, p in blocks)
                       for (k, row), blocks in table.terms.items() if k == kind}
         self.slack = float(_slack(currency))
+        bills = np.array(table.stopped_bills, dtype=object)
+        self.everything, self.nothing = bills == "everything", bills == "nothing"
         self.metered_only = np.isnan(self.day) & np.isnan(self.week) & np.isnan(self.month)
         for row in self.terms:
             self.metered_only[row] = False
@@ -1212,7 +1214,7 @@ def lease_bounds_arrays(p: PriceColumns, rows: np.ndarray, v_hours: np.ndarray, 
     sv = np.ceil(v_hours * SECONDS_PER_HOUR).astype(np.int64)
     st = np.ceil(t_hours * SECONDS_PER_HOUR).astype(np.int64)
     sg = int(math.ceil(idle_hours * SECONDS_PER_HOUR))
-    full_gap = np.array([t.stopped_bills[r] == "everything" for r in rows], dtype=bool)
+    full_gap = p.everything[rows]
     one_session = full_gap | (sg == 0)
     ones = np.ones(len(rows), dtype=np.int64)
     whole = sv + st + np.where(full_gap, sg, 0)
@@ -1229,7 +1231,7 @@ def lease_bounds_arrays(p: PriceColumns, rows: np.ndarray, v_hours: np.ndarray, 
              p.disk(rows, t_disk, nodes, t_hours, storage), p.move(import_gb * others, rate(t.ingress)),
              p.move(np.full(len(rows), out_gb), rate(t.egress))]
     if sg:
-        nothing = np.array([t.stopped_bills[r] == "nothing" for r in rows], dtype=bool)
+        nothing = p.nothing[rows]
         gap_rate = np.where(full_gap, storage, rate(t.stopped_storage))
         cost, unknown = p.disk(rows, v_disk, ones, np.full(len(rows), idle_hours), gap_rate)
         parts.append((np.where(nothing, 0.0, cost), unknown & ~nothing))

@@ -555,9 +555,10 @@ class _Planner:
         va = self._validate_arrays(shapes, kinds, usable, tr, import_h) if req.validate_hours is not None else None
         if va is None:
             tr["need"] = np.full(len(tr["row"]), -1, dtype=np.int64)
-        groups: dict[tuple[str, str], int] = {}
-        tr["group"] = np.array([groups.setdefault((t.provider[r], t.gpu[r]), len(groups)) for r in tr["row"]],  # type: ignore[index]
-                               dtype=np.int64)
+        provider_code, _ = _codes(t.provider)
+        gpu_code, _ = _codes(t.gpu)
+        tr["group"] = np.unique(provider_code[tr["row"]] * (int(gpu_code.max(initial=0)) + 1) + gpu_code[tr["row"]],
+                                return_inverse=True)[1].astype(np.int64) if len(tr["row"]) else np.zeros(0, np.int64)
         keep_t = np.ones(len(tr["row"]), dtype=bool)
         keep_v = np.ones(0 if va is None else len(va["row"]), dtype=bool)
         pairs = (np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -586,58 +587,69 @@ class _Planner:
         has = np.zeros(t.n, dtype=bool)
         for k in kinds:
             has |= t.has_kind(k)
-        reasons: dict[tuple, str | None] = {}
-        ok = np.zeros(t.n, dtype=bool)
-        for r in range(t.n):
-            gpu = t.gpu[r]
-            if gpu is None:
-                self.rejected.append((r, "gpu", f"GPU {t.gpu_raw[r]!r} is {t.gpu_status[r]} in the catalog: its memory "
-                                                 "and speed cannot be checked (kept, not guessed)"))
-                continue
-            key = (gpu, int(t.gpus[r]), float(t.gpu_memory_gb[r]))
-            if key not in reasons:
-                reasons[key] = req.gpu_filter.reason_for(*key)
-            if (why := reasons[key]) is not None:
-                self.rejected.append((r, "gpu", why))
-                continue
-            if not has[r]:
-                self.rejected.append((r, "price", "spot-only offer: add --spot to consider interruptible prices"
-                                      if t.spot[r] else "no price option of the requested kind"))
-                continue
-            ok[r] = True
-        return ok
+        gpu_code, gpus = _codes(t.gpu)
+        known = np.array([g is not None for g in gpus], dtype=bool)[gpu_code] if t.n else np.zeros(0, bool)
+        for r in np.flatnonzero(~known):
+            self.rejected.append((int(r), "gpu", f"GPU {t.gpu_raw[r]!r} is {t.gpu_status[r]} in the catalog: its "
+                                                 "memory and speed cannot be checked (kept, not guessed)"))
+        ok = known.copy()
+        f = req.gpu_filter
+        if f.include or f.exclude or f.min_memory_gb is not None or f.gpus_per_node is not None:
+            combo = gpu_code * 1024 + np.minimum(t.gpus, 1023)
+            for c in np.unique(combo[known]):
+                rows = np.flatnonzero(known & (combo == c))
+                for memory in np.unique(t.gpu_memory_gb[rows]):
+                    at = rows[t.gpu_memory_gb[rows] == memory]
+                    why = f.reason_for(gpus[int(c) // 1024], int(t.gpus[at[0]]), float(memory))  # type: ignore[arg-type]
+                    if why is not None:
+                        ok[at] = False
+                        self.rejected += [(int(r), "gpu", why) for r in at]
+        for r in np.flatnonzero(ok & ~has):
+            self.rejected.append((int(r), "price", "spot-only offer: add --spot to consider interruptible prices"
+                                  if t.spot[r] else "no price option of the requested kind"))
+        return ok & has
 
     def _shapes(self, usable: np.ndarray) -> dict[tuple, tuple[GpuSpec, NodeShape, np.ndarray]]:
-        """Distinct node shapes among the usable rows: shape key -> (GPU, shape of one node, rows)."""
+        """Distinct node shapes among the usable rows: shape key -> (GPU, shape of one node, rows).
+
+        A shape is what feasibility and the speed model depend on: the GPU, GPUs per node, how
+        they talk, the fabric, a memory above the catalog's (a modded card), the host RAM step.
+        """
         t = self.table
         rows = np.flatnonzero(usable)
-        by_key: dict[tuple, list[int]] = {}
-        for r in rows:
-            gpu = get_gpu(t.gpu[r])  # type: ignore[arg-type]
-            memory = float(t.gpu_memory_gb[r])
-            key = (gpu.id, int(t.gpus[r]), t.interconnect[r], t.fabric[r], _nan_none(t.fabric_gbps[r]),
-                   round(memory, 1) if memory > gpu.memory_gb * 1.1 else None, _ram_key(_nan_none(t.host_ram_gb[r])))
-            by_key.setdefault(key, []).append(int(r))
+        if not len(rows):
+            return {}
+        gpu_code, gpu_ids = _codes(t.gpu)
+        catalog_memory = np.array([get_gpu(g).memory_gb if g else 0.0 for g in gpu_ids])[gpu_code]  # type: ignore[arg-type]
+        memory = t.gpu_memory_gb
+        modded = np.where(memory > catalog_memory * 1.1, np.round(memory, 1), -1.0)
+        parts = [gpu_code, t.gpus, _codes(t.interconnect)[0], _codes(t.fabric)[0],
+                 _float_codes(np.nan_to_num(t.fabric_gbps, nan=-1.0)), _float_codes(modded),
+                 _float_codes(np.nan_to_num(_ram_keys(t.host_ram_gb), nan=-1.0))]
+        key = np.zeros(t.n, dtype=np.int64)
+        for part in parts:  # one integer per shape (mixed radix over the coded columns)
+            key = key * (int(part.max()) + 1 if len(part) else 1) + part
+        unique, first, inverse = np.unique(key[rows], return_index=True, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.cumsum(np.bincount(inverse, minlength=len(unique)))[:-1]
         out = {}
-        for key, members in by_key.items():
-            gpu = get_gpu(key[0])
-            shape = NodeShape(gpu=gpu, gpus_per_node=key[1], nodes=1, interconnect=key[2], fabric=key[3],  # type: ignore[arg-type]
-                              fabric_gbps=key[4], memory_gb=key[5] or gpu.memory_gb, host_ram_gb=key[6])
-            out[key] = (gpu, shape, np.array(members, dtype=np.int64))
+        for members, head in zip(np.split(rows[order], bounds), first):
+            r = int(rows[head])
+            spec = get_gpu(t.gpu[r])  # type: ignore[arg-type]
+            mem = float(t.gpu_memory_gb[r])
+            key = (spec.id, int(t.gpus[r]), t.interconnect[r], t.fabric[r], _nan_none(t.fabric_gbps[r]),
+                   round(mem, 1) if mem > spec.memory_gb * 1.1 else None, _ram_key(_nan_none(t.host_ram_gb[r])))
+            shape = NodeShape(gpu=spec, gpus_per_node=key[1], nodes=1, interconnect=key[2], fabric=key[3],  # type: ignore[arg-type]
+                              fabric_gbps=key[4], memory_gb=key[5] or spec.memory_gb, host_ram_gb=key[6])
+            out[key] = (spec, shape, np.sort(members))
         return out
 
     def _fx_factors(self) -> np.ndarray:
         """Per row, one unit of its currency in the quote currency at the rate of its price's day."""
         t, ccy = self.table, self.req.currency
-        memo: dict[tuple[str, object], float] = {}
-        out = np.empty(t.n)
-        for r, (code, when) in enumerate(zip(t.currency, t.fetched_at)):
-            key = (code, when.date())
-            found = memo.get(key)
-            if found is None:
-                found = memo[key] = float(self.fx.convert(Decimal(1), code, ccy, on=when))
-            out[r] = found
-        return out
+        pair_code, pairs = _codes(list(zip(t.currency, t.fetched_at)))
+        rates = np.array([float(self.fx.convert(Decimal(1), code, ccy, on=when)) for code, when in pairs])
+        return rates[pair_code] if t.n else np.zeros(0)
 
     def _train_arrays(self, shapes, kinds, usable, import_h, export_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
         req, work, t = self.req, self.work, self.table
@@ -716,7 +728,8 @@ class _Planner:
         out_h_all = _transfer_hours(float(prep.destroy_gb), t.net_up_mbps)
         hours_all = float(req.validate_hours) + import_h  # type: ignore[arg-type]
         has = {k: t.has_kind(k) for k in kinds}
-        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("row", "kind", "sig", "fit", "hours", "out")}
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("row", "kind", "sig", "fit", "hours", "out",
+                                                             "model_key", "arch_key")}
         self.v_fits: list[Fit] = []
         for key, (gpu, shape, rows) in shapes.items():
             sigs = by_arch.get(gpu.architecture)
@@ -733,8 +746,8 @@ class _Planner:
                     continue
                 fit_id = len(self.v_fits)
                 self.v_fits.append(fit)
-                self.keys.setdefault((gpu.id, sig), len(self.keys))
-                self.keys.setdefault(("arch:" + gpu.architecture, sig), len(self.keys))
+                model_key = self.keys.setdefault((gpu.id, sig), len(self.keys))
+                arch_key = self.keys.setdefault(("arch:" + gpu.architecture, sig), len(self.keys))
                 for kind in kinds:
                     mine = rows[has[kind][rows]]
                     cols["row"].append(mine)
@@ -743,23 +756,21 @@ class _Planner:
                     cols["fit"].append(np.full(len(mine), fit_id))
                     cols["hours"].append(hours_all[mine])
                     cols["out"].append(out_h_all[mine])
+                    cols["model_key"].append(np.full(len(mine), model_key))
+                    cols["arch_key"].append(np.full(len(mine), arch_key))
         va = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in cols.items()}
-        for k in ("row", "kind", "sig", "fit"):
+        for k in ("row", "kind", "sig", "fit", "model_key", "arch_key"):
             va[k] = va[k].astype(np.int64)
-        gpu_of = [t.gpu[r] for r in va["row"]]
-        va["keys"] = np.array([[self.keys[(g, self.signatures[s])],
-                                self.keys[("arch:" + get_gpu(g).architecture, self.signatures[s])]]  # type: ignore[arg-type]
-                               for g, s in zip(gpu_of, va["sig"])], dtype=np.int64).reshape(-1, 2)
+        va["keys"] = np.stack([va["model_key"], va["arch_key"]], axis=1)
         va["wall"] = va["hours"]
         va["destroy_wall"] = va["hours"] + va["out"]
         # each training candidate needs the same GPU model's validation when some offer has it,
-        # else one of its architecture
-        need = []
-        for fit_id in tr["fit"]:
-            fit, gpu, _, _ = self.fit_list[fit_id]
-            sig = Signature.of(fit.layout)
-            need.append(self.keys.get((gpu.id, sig), self.keys.get(("arch:" + gpu.architecture, sig), -1)))
-        tr["need"] = np.array(need, dtype=np.int64)
+        # else one of its architecture (one key per training layout)
+        need_of_fit = np.array([
+            self.keys.get((gpu.id, Signature.of(fit.layout)),
+                          self.keys.get(("arch:" + gpu.architecture, Signature.of(fit.layout)), -1))
+            for fit, gpu, _, _ in self.fit_list], dtype=np.int64)
+        tr["need"] = need_of_fit[tr["fit"]] if len(tr["fit"]) else np.zeros(0, dtype=np.int64)
         return va
 
     def _bounds(self, prices, arrays, kind: str, import_h):  # type: ignore[no-untyped-def]
@@ -902,6 +913,21 @@ _DEADLINE_EPS = 1e-6
 _BUDGET_EPS = 1e-6
 
 
+def _codes(values: Sequence) -> tuple[np.ndarray, list]:
+    """Each value's code (first-seen order) and the distinct values: a column coded once.
+
+    >>> _codes(["b", "a", "b", None])
+    (array([0, 1, 0, 2]), ['b', 'a', None])
+    """
+    seen = dict.fromkeys(values)
+    index = {v: i for i, v in enumerate(seen)}
+    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values)), list(seen)
+
+
+def _float_codes(values: np.ndarray) -> np.ndarray:
+    return np.unique(values, return_inverse=True)[1].astype(np.int64) if len(values) else values.astype(np.int64)
+
+
 def _nan_none(x: float) -> float | None:
     return None if x != x else float(x)
 
@@ -935,6 +961,17 @@ def _memory_key(o: Offer, gpu: GpuSpec) -> float | None:
 
 
 _RAM_STEPS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
+
+def _ram_keys(gb: np.ndarray) -> np.ndarray:
+    """_ram_key over an array (NaN stays NaN).
+
+    >>> _ram_keys(np.array([200.0, np.nan, 7.0])).tolist()[0::2]
+    [192.0, 7.0]
+    """
+    steps = np.array(_RAM_STEPS, dtype=np.float64)
+    at = np.searchsorted(steps, gb, side="right") - 1
+    return np.where(np.isnan(gb), np.nan, np.where(at >= 0, steps[np.clip(at, 0, None)], gb))
 
 
 def _ram_key(gb: float | None) -> float | None:

@@ -206,7 +206,10 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
             keep_t &= tr.wall <= deadline
         else:
             fastest = _min_per_key(va.keys, va.wall, keep_v)
-            need_fast = np.array([fastest.get(int(k), _INF_F) for k in tr.need]) if nt else np.zeros(0)
+            lookup = np.full(int(max(va.keys.max(initial=-1), tr.need.max(initial=-1))) + 2, _INF_F)
+            for k, w in fastest.items():
+                lookup[k] = w
+            need_fast = lookup[tr.need]  # need -1 reads the last slot: infinity
             keep_t &= need_fast + idle_hours + tr.wall <= deadline
             quickest = tr.wall[keep_t].min() if keep_t.any() else _INF_F
             keep_v &= va.wall + idle_hours + quickest <= deadline
@@ -276,13 +279,17 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
 
 
 def _rows_per_key(keys: np.ndarray, alive: np.ndarray) -> dict[int, np.ndarray]:
-    out: dict[int, list[np.ndarray]] = {}
-    for col in range(keys.shape[1]):
-        column = keys[:, col]
-        ok = alive & (column >= 0)
-        for key in np.unique(column[ok]):
-            out.setdefault(int(key), []).append(np.flatnonzero(ok & (column == key)))
-    return {k: np.unique(np.concatenate(v)) for k, v in out.items()}
+    """For each key, the alive rows that satisfy it (one sort, no per-key scan of all rows)."""
+    rows = np.repeat(np.arange(len(keys)), keys.shape[1])
+    flat = keys.ravel()
+    ok = alive[rows] & (flat >= 0)
+    rows, flat = rows[ok], flat[ok]
+    order = np.lexsort((rows, flat))
+    rows, flat = rows[order], flat[order]
+    cut = np.flatnonzero(np.diff(flat)) + 1
+    # rows are ascending within a key, and a row lists each key once
+    return {int(group_keys[0]): group_rows
+            for group_keys, group_rows in zip(np.split(flat, cut), np.split(rows, cut)) if len(group_keys)}
 
 
 def _min_per_key(keys: np.ndarray, values: np.ndarray, alive: np.ndarray) -> dict[int, float]:

@@ -236,12 +236,7 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
     else:
         plan_lo, plan_hi = np.full(nt, _INF_F), np.full(nt, _INF_F)
         rooms = room_of(tr.wall)
-        for key in np.unique(tr.need[keep_t]):
-            found = partners.get(int(key))
-            if found is None:
-                continue
-            walls, p_lo, p_hi, _ = found
-            mine = np.flatnonzero(keep_t & (tr.need == key))
+        for (walls, p_lo, p_hi, _), mine in _with_partners(tr.need, keep_t, partners):
             at = np.searchsorted(walls, rooms[mine], side="right")
             has = at > 0
             plan_lo[mine[has]] = tr.lo[mine[has]] + p_lo[at[has] - 1]
@@ -268,13 +263,8 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
     if va is not None:
         kept_v[le.v[kept_leases]] = True
         rooms = room_of(tr.wall)
-        for key in np.unique(tr.need[kept_t]):
-            found = partners.get(int(key))
-            if found is None:
-                continue
-            walls, _, _, alive = found
-            widest = rooms[kept_t & (tr.need == key)].max()
-            kept_v[alive[:np.searchsorted(walls, widest, side="right")]] = True
+        for (walls, _, _, alive), mine in _with_partners(tr.need, kept_t, partners):
+            kept_v[alive[:np.searchsorted(walls, rooms[mine].max(), side="right")]] = True
     return Kept(kept_t, kept_v, kept_leases, dropped)
 
 
@@ -290,6 +280,13 @@ def _rows_per_key(keys: np.ndarray, alive: np.ndarray) -> dict[int, np.ndarray]:
     # rows are ascending within a key, and a row lists each key once
     return {int(group_keys[0]): group_rows
             for group_keys, group_rows in zip(np.split(flat, cut), np.split(rows, cut)) if len(group_keys)}
+
+
+def _with_partners(need: np.ndarray, alive: np.ndarray, partners: dict):  # type: ignore[no-untyped-def]
+    """(a key's partner structure, the alive training rows that need that key), per key that has one."""
+    for key, rows in _rows_per_key(need[:, None], alive).items():
+        if key in partners:
+            yield partners[key], rows
 
 
 def _min_per_key(keys: np.ndarray, values: np.ndarray, alive: np.ndarray) -> dict[int, float]:

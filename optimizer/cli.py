@@ -126,7 +126,8 @@ def workload_options(f: Any) -> Any:
                      help="full fine-tune, LoRA (16-bit base), QLoRA (4-bit base), or inference."),
         click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True, help="Tokens per sequence."),
         click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences per GPU per step."),
-        click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs in total (estimate: default 1; quote: chosen per offer)."),
+        click.option("--gpus", type=click.IntRange(min=1), default=None, help="estimate: GPUs in total (default 1). quote: only offers with exactly this many GPUs per node "
+                          "(default: any; the quote chooses the node count)."),
         click.option("--zero", type=click.IntRange(0, 3), default=None, help="DeepSpeed ZeRO stage (quote: pins the layout)."),
         click.option("--fsdp", is_flag=True, default=False, help="Shard with PyTorch FSDP instead of ZeRO."),
         click.option("--fsdp-frozen-unsharded", is_flag=True, default=False,

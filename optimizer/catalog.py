@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import InputError, StoreError
-from rentopt.optimizer.models import Offer, Origin, PlanRow, PriceOrigin, PriceSource, plan_row
+from rentopt.optimizer.models import Offer, Origin, PriceOrigin, PriceSource
 from rentopt.optimizer.offers_io import age_words, hour_price, read_offers_file
 from rentopt.optimizer.store import HistorySnapshot, OfferQuery, open_readonly, store_path
 
@@ -123,12 +123,59 @@ class Provenance:
 
 
 @dataclass
+class StoreColumns:
+    """A lazy set's offers from the price store, as planning columns: its full offers are read
+    only for the rows a quote keeps, and only while the store still holds these snapshots."""
+
+    path: Path
+    snapshots: dict[str, int]  # provider -> the snapshot id the columns are of
+    part: Any  # offer_table.Part
+
+    @property
+    def n(self) -> int:
+        return int(self.part.n)
+
+    def keys(self) -> list[tuple[str, str]]:
+        from rentopt.optimizer.offer_table import as_list
+
+        return list(zip(as_list(self.part.columns["provider"], self.n, "provider"), self.part.columns["offer_id"]))
+
+    def load(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Offer]:
+        """The full offers of `keys`, all of them, from the snapshots the columns are of."""
+        store = open_readonly(self.path)
+        if store is None:
+            raise StoreError("the price store disappeared while quoting; run the quote again")
+        with store:
+            loaded = {o.key: o for o in store.load_current_offers(sorted(set(keys)), self.snapshots)}
+        if len(loaded) != len(set(keys)):
+            raise StoreError("prices changed while quoting (a refresh just finished); run the quote again")
+        return loaded
+
+    def table(self) -> OfferTable:
+        keys = self.keys()
+
+        def resolve(rows: Sequence[int]) -> list[Offer]:
+            wanted = [keys[r] for r in rows]
+            loaded = self.load(wanted)
+            return [loaded[k] for k in wanted]
+
+        return self.part.table(resolve)
+
+    def oldest(self) -> datetime | None:
+        from rentopt.optimizer.offer_table import Const
+
+        when = self.part.columns.get("fetched_at")
+        values = [when.value] if isinstance(when, Const) else list(getattr(when, "values", when) or [])
+        return min(values, default=None)
+
+
+@dataclass
 class OfferSet:
     """Offers to plan with and where they came from.
 
-    A set loaded with `lazy=True` holds the store's providers as planning rows (`rows`) and
-    only the other providers' offers in `offers`: the planner ranks `plan_rows()` and fetches
-    the few full offers it needs with `offers_by_key`. Every other set holds all its offers.
+    A set loaded with `lazy=True` holds the store's providers as planning columns (`columns`)
+    and only the other providers' offers in `offers`: the planner ranks `table()` and the table
+    reads the few full offers it keeps from the store. Every other set holds all its offers.
     """
 
     offers: list[Offer]
@@ -137,12 +184,12 @@ class OfferSet:
     prices_as_of: datetime | None  # the oldest fetched_at among `offers`
     label: str  # one line for the top of every output
     notes: list[str] = field(default_factory=list)
-    rows: list[PlanRow] | None = None  # lazy sets: the planning rows from the store
-    store: Path | None = None  # lazy sets: the store to fetch full offers from
+    columns: StoreColumns | None = None  # lazy sets: the store's offers as planning columns
 
-    def plan_rows(self) -> list[PlanRow]:
-        mine = [plan_row(o) for o in self.offers]
-        return mine if self.rows is None else self.rows + mine
+    def keys(self) -> list[tuple[str, str]]:
+        """Every offer's (provider, offer id), the store's first."""
+        mine = [o.key for o in self.offers]
+        return mine if self.columns is None else self.columns.keys() + mine
 
     def sources(self, now: datetime | None = None) -> list[str]:
         """Per provider, where its prices come from (one line each, sorted by provider)."""
@@ -155,38 +202,32 @@ class OfferSet:
                 for p in (self.provenance[name] for name in sorted(self.provenance))]
 
     def table(self) -> OfferTable:
-        """The set as an OfferTable for the planner's first pass; its resolver gives the full
-        offers of the rows the first pass keeps."""
+        """The set as an OfferTable for the planner's first pass (the store's columns first,
+        then the other offers); its resolver gives the full offers of the rows the first pass
+        keeps, read from the store only for those."""
         from rentopt.optimizer.offer_table import OfferTable
 
-        return OfferTable.from_offers(self.all_offers())
+        mine = OfferTable.from_offers(self.offers)
+        return mine if self.columns is None else OfferTable.concat([self.columns.table(), mine])
 
     def all_offers(self) -> list[Offer]:
         """Every offer of the set as a full Offer (a lazy set reads them from the store now)."""
-        if self.rows is None:
+        if self.columns is None:
             return self.offers
-        from_store = self.offers_by_key(r.key for r in self.rows)
-        return [from_store[r.key] for r in self.rows] + self.offers  # the other providers' are in memory
+        keys = self.columns.keys()
+        loaded = self.columns.load(keys)
+        return [loaded[k] for k in keys] + self.offers
 
     def offers_by_key(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Offer]:
-        """Full offers for planning-row keys. For a lazy set, the store's are read from the store
-        and checked against the rows it ranked (a refresh in between is reported, never mixed in)."""
+        """Full offers for (provider, offer id) keys. For a lazy set, the store's are read from
+        the store while it still holds the snapshots the set was read from (a refresh in between
+        is reported, never mixed in)."""
         wanted = set(keys)
         found = {o.key: o for o in self.offers if o.key in wanted}
-        if self.rows is None:
+        if self.columns is None:
             return found
         from_store = wanted - set(found)
-        if not from_store:
-            return found
-        store = open_readonly(self.store)
-        if store is None:
-            raise StoreError("the price store disappeared while quoting; run the quote again")
-        with store:
-            loaded = {o.key: o for o in store.load_offers_by_key(sorted(from_store))}
-        ranked = {r.key: r for r in self.rows if r.key in from_store}
-        if set(loaded) != from_store or any(plan_row(o) != ranked[k] for k, o in loaded.items()):
-            raise StoreError("prices changed while quoting (a refresh just finished); run the quote again")
-        return found | loaded
+        return found | (self.columns.load(sorted(from_store)) if from_store else {})
 
 
 def load_offers(providers: list[str] | None = None, offers_file: Path | None = None, *,
@@ -226,7 +267,7 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
             offers += [o for o in bundled[name].offers if query.matches(o)]
         elif prov.origin == "sheet":
             offers += [o for o in sheets[name] if query.matches(o)]
-    rows = None
+    columns = None
     if from_store:
         store_query = replace(query, providers=tuple(from_store))
         store = open_readonly(store_path())
@@ -234,10 +275,11 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
             raise StoreError("the price store disappeared while reading it; run the command again")
         with store:
             if lazy and query.region is None and query.max_hour_price is None:
-                rows = store.load_plan_rows(store_query)
+                columns = _store_columns(store, store_query)
             else:
                 offers = store.load_offers(store_query) + offers
-    oldest = min([o.fetched_at for o in offers] + ([_oldest_row(rows)] if rows else []), default=None)
+    oldest = min([o.fetched_at for o in offers] + ([when] if columns and (when := columns.oldest()) else []),
+                 default=None)
     origins = {p.origin for p in chosen.values()}
     origin: Origin = "store" if "store" in origins else "bundled"
     notes = list(sheet_notes)
@@ -256,10 +298,44 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
         label += f", prices as of {_when(oldest)}" if oldest else ""
         if any(p.stale for p in chosen.values()):
             label += " (some stale: see notes)"
-    found = OfferSet(offers, origin, chosen, oldest, label, notes)
-    if rows is not None:
-        found.rows, found.store = rows, store_path()
+    return OfferSet(offers, origin, chosen, oldest, label, notes, columns=columns)
+
+
+def _store_columns(store: Any, query: OfferQuery) -> StoreColumns:
+    """The store's offers matching `query` (no region or price filter) as planning columns."""
+    from rentopt.optimizer.offer_table import merge_parts
+
+    read = store.load_plan_parts(query.providers or ())
+    parts = [p for _, _, p in read]
+    merged = merge_parts(parts)
+    found = StoreColumns(store.path, {name: sid for name, sid, _ in read}, merged)
+    if any(v is not None for v in (query.gpus, query.min_gpus, query.min_gpu_memory_gb, query.spot, query.currency)):
+        found.part = _filtered(found.part, query)
     return found
+
+
+def _filtered(part: Any, query: OfferQuery) -> Any:
+    """The rows of `part` that `query` keeps (its provider, GPU, count, memory, spot and
+    currency conditions; the same as OfferQuery.matches on the full offers)."""
+    import numpy as np
+
+    from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, Part
+
+    table = part.table()
+    keep = np.ones(table.n, dtype=bool)
+    if query.gpus is not None:
+        keep &= np.array([g in query.gpus for g in table.gpu], dtype=bool)
+    if query.min_gpus is not None:
+        keep &= table.gpus >= query.min_gpus
+    if query.min_gpu_memory_gb is not None:
+        keep &= table.gpu_memory_gb >= query.min_gpu_memory_gb
+    if query.spot is not None:
+        keep &= table.spot == query.spot
+    if query.currency is not None:
+        keep &= np.array([c == query.currency for c in table.currency], dtype=bool)
+    sub = table.take(keep)
+    columns = {name: getattr(sub, name) for name in (*LIST_COLUMNS, *ARRAY_COLUMNS)}
+    return Part(sub.n, columns, {name: getattr(sub, name) for name in PRICE_COLUMNS}, sub.terms, sub.extra_notes)
 
 
 def _choose(states: Sequence, bundled: dict[str, SnapshotProvider], sheets: dict[str, list[Offer]]) -> dict[str, Provenance]:
@@ -338,10 +414,6 @@ def _check_known(requested: list[str] | None, present: set[str], where: str) -> 
     if unknown:
         known = ", ".join(sorted(registered | present))
         raise InputError(f"unknown provider {', '.join(unknown)} (not registered and not in {where}); known providers: {known}")
-
-
-def _oldest_row(rows: Sequence[PlanRow]) -> datetime | None:
-    return datetime.fromisoformat(min(r.fetched_at for r in rows)) if rows else None
 
 
 def _oldest(offers: Sequence[Offer]) -> datetime | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +65,7 @@ class OfferTable:
     terms: dict[tuple[int, int], tuple[tuple[float, float], ...]] = field(default_factory=dict)  # (kind, row) -> (hours, price)
     extra_notes: dict[int, str] = field(default_factory=dict)  # row -> a note the offer carries (sheet GPU names)
     resolve: Callable[[Sequence[int]], list[Offer]] | None = None
+    _codes: dict[str, tuple[np.ndarray, list]] = field(default_factory=dict, repr=False)  # see `category`
 
     @property
     def n(self) -> int:
@@ -88,16 +90,49 @@ class OfferTable:
             raise ValueError("this offer table cannot resolve full offers")
         return self.resolve(rows)
 
+    def category(self, name: str) -> tuple[np.ndarray, list]:
+        """A string column as (codes, values): `values[codes[row]] == getattr(self, name)[row]`.
+
+        For grouping rows with array operations (np.unique, bincount) instead of per-row Python.
+        Builders that read categorical data (the store, offers files) supply the codes; otherwise
+        they are computed once, here.
+        """
+        found = self._codes.get(name)
+        if found is None:
+            index: dict = {}
+            codes = np.fromiter((index.setdefault(v, len(index)) for v in getattr(self, name)), dtype=np.int32,
+                                count=self.n)
+            found = self._codes[name] = (codes, list(index))
+        return found
+
+    def take(self, rows: np.ndarray) -> OfferTable:
+        """The table of `rows` only (a boolean mask or row indices), resolving through this one."""
+        rows = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows, dtype=np.int64)
+        if len(rows) == self.n and (rows == np.arange(self.n)).all():
+            return self
+        position = {int(r): i for i, r in enumerate(rows)}
+        pick = lambda values: [values[r] for r in rows]  # noqa: E731
+        columns: dict = {name: pick(getattr(self, name)) for name in LIST_COLUMNS}
+        columns.update({name: _take(getattr(self, name), rows) for name in ARRAY_COLUMNS})
+        columns.update({name: getattr(self, name)[:, rows] for name in PRICE_COLUMNS})
+        parent = self
+        return OfferTable(
+            **columns,
+            terms={(k, position[r]): v for (k, r), v in self.terms.items() if r in position},
+            extra_notes={position[r]: v for r, v in self.extra_notes.items() if r in position},
+            resolve=lambda wanted: parent.offers(int(rows[w]) for w in wanted),
+            _codes={name: (codes[rows], values) for name, (codes, values) in self._codes.items()},
+        )
+
     @classmethod
     def from_offers(cls, offers: Sequence[Offer]) -> OfferTable:
-        """The table of a list of offers (bundled snapshot, offers files, sheets, a store read whole)."""
-        n = len(offers)
-        f = lambda values: np.array(values, dtype=np.float64)  # noqa: E731
-        opt = lambda x: _NAN if x is None else float(x)  # noqa: E731
-        prices = {name: np.full((2, n), _NAN) for name in ("hourly", "day", "week", "month")}
+        """The table of a list of offers (bundled snapshot, sheets, a refresh writing the store)."""
+        kept = list(offers)
+        n = len(kept)
+        prices = {name: [[_NAN] * n, [_NAN] * n] for name in PRICE_COLUMNS}
         terms: dict[tuple[int, int], list[tuple[float, float]]] = {}
         notes: dict[int, str] = {}
-        for i, o in enumerate(offers):
+        for i, o in enumerate(kept):
             for p in o.price_options:
                 kind = int(p.interruptible)
                 amount = float(p.amount)
@@ -105,32 +140,213 @@ class OfferTable:
                 if column is None:
                     terms.setdefault((kind, i), []).append((float(p.term_hours or 0), amount))
                     continue
-                have = prices[column][kind, i]
-                if np.isnan(have) or amount < have:
-                    prices[column][kind, i] = amount
-            if o.extra.get("gpu_note"):
+                have = prices[column][kind][i]
+                if have != have or amount < have:  # NaN: none yet
+                    prices[column][kind][i] = amount
+            if o.extra and o.extra.get("gpu_note"):
                 notes[i] = str(o.extra["gpu_note"])
-        kept = list(offers)
-        return cls(
-            provider=[o.provider for o in offers], offer_id=[o.offer_id for o in offers], gpu=[o.gpu for o in offers],
-            gpu_raw=[o.gpu_raw for o in offers], gpu_status=[o.gpu_status for o in offers],
-            currency=[o.currency for o in offers], fetched_at=[o.fetched_at for o in offers],
-            interconnect=[o.interconnect for o in offers], fabric=[o.fabric for o in offers],
-            stopped_bills=[o.stopped_bills for o in offers],
-            gpus=np.array([o.gpus for o in offers], dtype=np.int64), gpu_memory_gb=f([o.gpu_memory_gb for o in offers]),
-            fabric_gbps=f([opt(o.fabric_gbps) for o in offers]),
-            nodes_available=np.array([o.nodes_available for o in offers], dtype=np.int64),
-            host_ram_gb=f([opt(o.host_ram_gb) for o in offers]), spot=np.array([o.spot for o in offers], dtype=bool),
-            net_up_mbps=f([opt(o.net_up_mbps) for o in offers]), net_down_mbps=f([opt(o.net_down_mbps) for o in offers]),
-            granularity_s=np.array([o.billing_granularity_s for o in offers], dtype=np.int64),
-            minimum_s=np.array([o.billing_minimum_s for o in offers], dtype=np.int64),
-            month_hours=np.array([o.month_hours for o in offers], dtype=np.int64),
-            max_hours=f([opt(o.max_duration_hours) for o in offers]),
-            storage=f([opt(o.storage_gb_month) for o in offers]),
-            stopped_storage=f([opt(o.stopped_storage_price) for o in offers]),
-            egress=f([opt(o.egress_gb) for o in offers]), ingress=f([opt(o.ingress_gb) for o in offers]),
-            stopped_max_hours=f([_NAN if o.stopped_max_days is None else o.stopped_max_days * 24 for o in offers]),
-            free_disk_gb=f([o.free_disk_gb for o in offers]),
-            terms={k: tuple(v) for k, v in terms.items()}, extra_notes=notes,
-            resolve=lambda rows: [kept[r] for r in rows], **prices,
-        )
+        rows = [(o.provider, o.offer_id, o.gpu, o.gpu_raw, o.gpu_status, o.currency, o.fetched_at, o.interconnect,
+                 o.fabric, o.stopped_bills, o.gpus, o.gpu_memory_gb, o.fabric_gbps, o.nodes_available, o.host_ram_gb,
+                 o.spot, o.net_up_mbps, o.net_down_mbps, o.billing_granularity_s, o.billing_minimum_s, o.month_hours,
+                 o.max_duration_hours, o.storage_gb_month, o.stopped_storage_price, o.egress_gb, o.ingress_gb,
+                 None if o.stopped_max_days is None else o.stopped_max_days * 24, o.free_disk_gb) for o in kept]
+        values = list(zip(*rows)) if rows else [()] * len(_OFFER_FIELDS)
+        columns = dict(zip(_OFFER_FIELDS, values, strict=True))
+        return cls.build(n, columns, prices={k: np.array(v, dtype=np.float64).reshape(2, n) for k, v in prices.items()},
+                         terms={k: tuple(v) for k, v in terms.items()}, extra_notes=notes,
+                         resolve=lambda rows: [kept[r] for r in rows])
+
+    @classmethod
+    def build(cls, n: int, columns: dict, *, prices: dict[str, Any] | None = None, terms: dict | None = None,
+              extra_notes: dict | None = None, resolve: Callable[[Sequence[int]], list[Offer]] | None = None) -> OfferTable:
+        """A table of `n` rows from columns by field name, each a list, an array, a `Const` (one
+        value for every row, held once) or `Codes` (categorical strings); None (unknown) is
+        allowed in the numeric ones. A column left out takes the Offer default for every row
+        (`LIST_DEFAULTS`, `ARRAY_DEFAULTS`); `prices` maps hourly/day/week/month to (2, n)
+        columns or a `Const`; one left out is unknown (NaN)."""
+        out: dict = {}
+        codes: dict[str, tuple[np.ndarray, list]] = {}
+        for name in LIST_COLUMNS:
+            value = columns.get(name, Const(LIST_DEFAULTS[name]) if name in LIST_DEFAULTS else None)
+            if value is None:
+                raise ValueError(f"an offer table needs the {name} column")
+            if isinstance(value, Codes):
+                codes[name] = (value.codes, value.values)
+                out[name] = _decode(value.codes, value.values)
+            elif isinstance(value, Const):
+                codes[name] = (np.zeros(n, dtype=np.int32), [value.value])
+                out[name] = [value.value] * n
+            else:
+                out[name] = list(value)
+        for name, dtype in ARRAY_COLUMNS.items():
+            value = columns.get(name, Const(ARRAY_DEFAULTS.get(name)))
+            out[name] = as_array(value, n, dtype, name)
+        for name in PRICE_COLUMNS:
+            value = (prices or {}).get(name, Const(_NAN))
+            out[name] = constant(value.value, (2, n), np.float64) if isinstance(value, Const) else value
+        return cls(**out, terms=dict(terms or {}), extra_notes=dict(extra_notes or {}), resolve=resolve, _codes=codes)
+
+    @classmethod
+    def concat(cls, parts: Sequence[OfferTable]) -> OfferTable:
+        """The rows of `parts` one after the other; each part resolves its own rows."""
+        parts = [p for p in parts if p.n] or list(parts[:1])
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls.build(0, {name: [] for name in LIST_COLUMNS})
+        starts = np.cumsum([0] + [p.n for p in parts])
+        columns: dict = {name: [v for p in parts for v in getattr(p, name)] for name in LIST_COLUMNS}
+        columns.update({name: np.concatenate([getattr(p, name) for p in parts]) for name in ARRAY_COLUMNS})
+        prices = {name: np.concatenate([getattr(p, name) for p in parts], axis=1) for name in PRICE_COLUMNS}
+        terms = {(k, int(start) + r): v for p, start in zip(parts, starts) for (k, r), v in p.terms.items()}
+        notes = {int(start) + r: v for p, start in zip(parts, starts) for r, v in p.extra_notes.items()}
+
+        def resolve(rows: Sequence[int]) -> list[Offer]:
+            rows = np.asarray(list(rows), dtype=np.int64)
+            part_of = np.searchsorted(starts, rows, side="right") - 1
+            found: list[Offer | None] = [None] * len(rows)
+            for i, part in enumerate(parts):
+                mine = np.flatnonzero(part_of == i)
+                if len(mine):
+                    for j, o in zip(mine, part.offers(int(r) for r in rows[mine] - starts[i])):
+                        found[j] = o
+            return found  # type: ignore[return-value]
+
+        return cls.build(int(starts[-1]), columns, prices=prices, terms=terms, extra_notes=notes, resolve=resolve)
+
+
+# The table's columns, by kind; `build` fills the ones a source leaves out with these defaults
+# (the Offer model's own: models.Offer).
+LIST_COLUMNS = ("provider", "offer_id", "gpu", "gpu_raw", "gpu_status", "currency", "fetched_at", "interconnect",
+                "fabric", "stopped_bills")
+LIST_DEFAULTS = {"gpu_status": "exact", "interconnect": "unknown", "fabric": None, "stopped_bills": "storage"}
+ARRAY_COLUMNS: dict[str, type] = {
+    "gpus": np.int64, "gpu_memory_gb": np.float64, "fabric_gbps": np.float64, "nodes_available": np.int64,
+    "host_ram_gb": np.float64, "spot": np.bool_, "net_up_mbps": np.float64, "net_down_mbps": np.float64,
+    "granularity_s": np.int64, "minimum_s": np.int64, "month_hours": np.int64, "max_hours": np.float64,
+    "storage": np.float64, "stopped_storage": np.float64, "egress": np.float64, "ingress": np.float64,
+    "stopped_max_hours": np.float64, "free_disk_gb": np.float64,
+}
+ARRAY_DEFAULTS = {"nodes_available": 1, "spot": False, "granularity_s": 1, "minimum_s": 0, "month_hours": 730,
+                  "free_disk_gb": 0.0, **{name: _NAN for name in ("fabric_gbps", "host_ram_gb", "net_up_mbps",
+                                                                   "net_down_mbps", "max_hours", "storage",
+                                                                   "stopped_storage", "egress", "ingress",
+                                                                   "stopped_max_hours")}}  # gpus, gpu_memory_gb: required
+PRICE_COLUMNS = ("hourly", "day", "week", "month")
+# from_offers's tuple order
+_OFFER_FIELDS = (*LIST_COLUMNS, *ARRAY_COLUMNS)
+
+
+def constant(value: object, shape: int | tuple[int, ...], dtype: type) -> np.ndarray:
+    """A read-only array of `shape` holding `value` everywhere, in the memory of one value (a
+    column every row of a source shares: a CSV without that column, a provider's billing rule)."""
+    return np.broadcast_to(np.array(value, dtype=dtype), shape)
+
+
+@dataclass(frozen=True)
+class Const:
+    """A column whose every row holds `value`."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Codes:
+    """A column of strings (or None) as `values[codes[row]]`."""
+
+    codes: np.ndarray
+    values: list
+
+
+def as_array(value: Any, n: int, dtype: type, name: str = "column") -> np.ndarray:
+    """A numeric column (list with None for unknown, array or Const) as an array of `dtype`."""
+    if isinstance(value, Const):
+        if value.value is None and dtype is not np.float64:
+            raise ValueError(f"an offer table needs the {name} column")
+        return constant(_NAN if value.value is None else value.value, n, dtype)
+    if isinstance(value, np.ndarray):
+        return value.astype(dtype, copy=False)
+    if dtype is np.float64:
+        return np.array([_NAN if v is None else v for v in value], dtype=np.float64)
+    return np.array(value, dtype=dtype)
+
+
+def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return values[rows]
+
+
+def _decode(codes: np.ndarray, values: list) -> list:
+    """values[codes[i]] for every i, as a list (one array gather instead of a Python loop)."""
+    if not len(codes):
+        return []
+    table = np.empty(len(values), dtype=object)
+    table[:] = values
+    return table[codes].tolist()
+
+
+@dataclass
+class Part:
+    """One source's columns before they become a table (see `OfferTable.build`)."""
+
+    n: int
+    columns: dict
+    prices: dict = field(default_factory=dict)
+    terms: dict = field(default_factory=dict)
+    extra_notes: dict = field(default_factory=dict)
+
+    def table(self, resolve: Callable[[Sequence[int]], list[Offer]] | None = None) -> OfferTable:
+        return OfferTable.build(self.n, self.columns, prices=self.prices, terms=self.terms,
+                                extra_notes=self.extra_notes, resolve=resolve)
+
+
+def merge_parts(parts: Sequence[Part]) -> Part:
+    """Several sources' columns as one source's, rows one after the other; a column that is
+    one value in every part stays a `Const`, strings stay `Codes` (or lists, for offer ids)."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return Part(0, {name: [] for name in LIST_COLUMNS} | {"gpus": [], "gpu_memory_gb": []})
+    starts = np.cumsum([0] + [p.n for p in parts])
+    columns: dict = {}
+    for name in {k for p in parts for k in p.columns}:
+        values = [p.columns.get(name) for p in parts]
+        if all(isinstance(v, Const) for v in values) and len({repr(v.value) for v in values}) == 1:
+            columns[name] = values[0]
+        elif name in ARRAY_COLUMNS:
+            dtype = ARRAY_COLUMNS[name]
+            columns[name] = np.concatenate([as_array(Const(ARRAY_DEFAULTS.get(name)) if v is None else v, p.n, dtype, name)
+                                            for v, p in zip(values, parts)])
+        elif any(isinstance(v, list) for v in values):
+            columns[name] = [x for v, p in zip(values, parts) for x in as_list(v, p.n, name)]
+        else:
+            index: dict = {}
+            merged = []
+            for v, p in zip(values, parts):
+                v = Const(LIST_DEFAULTS[name]) if v is None else v
+                if isinstance(v, Const):
+                    merged.append(np.full(p.n, index.setdefault(v.value, len(index)), dtype=np.int32))
+                else:
+                    remap = np.array([index.setdefault(x, len(index)) for x in v.values], dtype=np.int32)
+                    merged.append(remap[v.codes] if len(v.values) else np.zeros(0, np.int32))
+            columns[name] = Codes(np.concatenate(merged), list(index))
+    prices: dict = {}
+    for name in PRICE_COLUMNS:
+        values = [p.prices.get(name, Const(_NAN)) for p in parts]
+        if all(isinstance(v, Const) for v in values) and len({repr(v.value) for v in values}) == 1:
+            prices[name] = values[0]
+        else:
+            prices[name] = np.concatenate([constant(v.value, (2, p.n), np.float64) if isinstance(v, Const) else v
+                                           for v, p in zip(values, parts)], axis=1)
+    terms = {(k, int(start) + r): v for p, start in zip(parts, starts) for (k, r), v in p.terms.items()}
+    notes = {int(start) + r: v for p, start in zip(parts, starts) for r, v in p.extra_notes.items()}
+    return Part(int(starts[-1]), columns, prices, terms, notes)
+
+
+def as_list(value: Any, n: int, name: str) -> list:
+    if value is None:
+        value = Const(LIST_DEFAULTS[name])
+    if isinstance(value, Const):
+        return [value.value] * n
+    if isinstance(value, Codes):
+        return _decode(value.codes, value.values)
+    return list(value)

@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from functools import lru_cache
 from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
@@ -118,6 +119,7 @@ def _price_slice_bounds() -> tuple[str, str] | None:
 
 
 _PRICE_BOUNDS = _price_slice_bounds()
+_OFFER_LIST = TypeAdapter(list[Offer])
 
 
 def price_fingerprint(offer: Offer, offer_json: str | None = None) -> str:
@@ -501,17 +503,134 @@ def m004_plugins(db: sqlite3.Connection) -> None:
         db.execute("UPDATE providers SET offers_count = ? WHERE name = ?", (left, SHEET_PLUGIN))
 
 
+@migration
+def m005_plan_columns(db: sqlite3.Connection) -> None:
+    """Each provider's planning columns, typed (see `plan_columns`): what a quote's first pass
+    reads of 1,000,000 offers in a few binary reads instead of decoding a JSON row per offer.
+    Backfilled from the stored offers (the JSON stays the truth); the old per-row `plan` JSON
+    is left as it was and no longer written or read."""
+    db.execute(
+        """CREATE TABLE plan_columns (
+            provider TEXT NOT NULL REFERENCES providers(name),
+            snapshot_id INTEGER NOT NULL REFERENCES snapshots(id),
+            name TEXT NOT NULL,
+            encoding TEXT NOT NULL,
+            rows INTEGER NOT NULL,
+            data BLOB,
+            meta TEXT,
+            PRIMARY KEY (provider, name)
+        )"""
+    )
+    # Every provider with stored offers (whose snapshot is the one its offers name).
+    current = db.execute("SELECT provider, max(snapshot_id) FROM offers GROUP BY provider").fetchall()
+    for provider, snapshot_id in current:
+        texts = [r[0] for r in db.execute("SELECT offer FROM offers WHERE provider = ? ORDER BY offer_id", (provider,))]
+        offers = _OFFER_LIST.validate_json("[" + ",".join(texts) + "]") if texts else []
+        _write_plan_columns(db, provider, snapshot_id, offers)
+
+
 def _like_prefix(text: str) -> str:
     """A LIKE pattern matching strings that start with `text` literally."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-_PLAN_ROW = TypeAdapter(PlanRow)
+@lru_cache(maxsize=1)
+def _plan_row_adapter() -> TypeAdapter:
+    return TypeAdapter(PlanRow)  # built only by the migrations that write the old planning rows
 
 
 def _plan_json(offer: Offer) -> str:
     # pydantic's serializer writes the row ~4x faster than json.dumps (50k offers: 0.1 s vs 0.4 s)
-    return _PLAN_ROW.dump_json(plan_row(offer)).decode()
+    return _plan_row_adapter().dump_json(plan_row(offer)).decode()
+
+
+# --------------------------------------------------------------------------------------------
+# Planning columns: one row of `plan_columns` per provider and column, the column of all the
+# provider's current offers (in offer id order) as one typed value:
+#   f8 / i8 / b1  little-endian float64 / int64 / uint8 bytes (NaN: unknown)
+#   const         every row the same: `meta` is that value as JSON (null: unknown)
+#   codes         strings: int32 codes into `meta`, a JSON list of the distinct values
+#   text          offer ids, UTF-8, NUL-separated
+#   json          `meta` is the column as JSON (reserved terms: [kind, row, hours, price] rows)
+# Prices are per node in the offer's currency, the cheapest per unit and kind
+# ("hourly.0" on-demand, "hourly.1" interruptible; day, week, month likewise), as
+# optimizer/offer_table.py defines them.
+
+
+def _write_plan_columns(db: sqlite3.Connection, provider: str, snapshot_id: int, offers: Sequence[Offer]) -> None:
+    from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable
+
+    table = OfferTable.from_offers(sorted(offers, key=lambda o: o.offer_id))
+    n = table.n
+    ids = table.offer_id
+    out = [("offer_id", "text", "\x00".join(ids).encode(), None) if not any("\x00" in i for i in ids)
+           else ("offer_id", "json", None, json.dumps(ids))]
+    for name in LIST_COLUMNS:
+        if name in ("offer_id", "provider"):
+            continue
+        codes, values = table.category(name)
+        if name == "fetched_at":
+            values = [timestamp(v) for v in values]
+        out.append((name, "codes", codes.astype("<i4").tobytes(), json.dumps(values)))
+    for name in ARRAY_COLUMNS:
+        out.append((name, *_encode_array(getattr(table, name))))
+    for name in PRICE_COLUMNS:
+        for kind in (0, 1):
+            out.append((f"{name}.{kind}", *_encode_array(getattr(table, name)[kind])))
+    out.append(("terms", "json", None, json.dumps([[k, r, h, p] for (k, r), blocks in sorted(table.terms.items())
+                                                  for h, p in blocks])))
+    notes = [None] * n
+    for r, note in table.extra_notes.items():
+        notes[r] = note
+    index: dict = {}
+    codes = [index.setdefault(v, len(index)) for v in notes]
+    out.append(("extra_notes", "codes", _int32_bytes(codes), json.dumps(list(index))))
+    db.execute("DELETE FROM plan_columns WHERE provider = ?", (provider,))
+    db.executemany("INSERT INTO plan_columns (provider, snapshot_id, name, encoding, rows, data, meta)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?)", [(provider, snapshot_id, name, e, n, d, m) for name, e, d, m in out])
+
+
+def _int32_bytes(values: list[int]) -> bytes:
+    import numpy as np
+
+    return np.array(values, dtype="<i4").tobytes()
+
+
+def _encode_array(values) -> tuple[str, bytes | None, str | None]:  # noqa: ANN001 - a numpy array
+    import numpy as np
+
+    if len(values):
+        first = values[0]
+        same = np.isnan(values).all() if values.dtype.kind == "f" and first != first else (values == first).all()
+        if same:
+            item = first.item()
+            return "const", None, json.dumps(None if item != item else item)
+    kind = {"f": ("f8", "<f8"), "i": ("i8", "<i8"), "b": ("b1", "u1")}[values.dtype.kind]
+    return kind[0], np.ascontiguousarray(values, dtype=kind[1]).tobytes(), None
+
+
+def _decode_column(name: str, encoding: str, rows: int, data: bytes | None, meta: str | None):  # noqa: ANN202
+    import numpy as np
+
+    from rentopt.optimizer.offer_table import Codes, Const
+
+    if encoding == "const":
+        value = json.loads(meta or "null")
+        return Const(float("nan") if value is None else value)
+    if encoding in ("f8", "i8", "b1"):
+        dtype = {"f8": "<f8", "i8": "<i8", "b1": "u1"}[encoding]
+        values = np.frombuffer(data or b"", dtype=dtype)
+        return values.astype(bool) if encoding == "b1" else values
+    if encoding == "codes":
+        values = json.loads(meta or "[]")
+        if name == "fetched_at":
+            values = [parse_timestamp(v) for v in values]
+        return Codes(np.frombuffer(data or b"", dtype="<i4"), values)
+    if encoding == "text":
+        return (data or b"").decode().split("\x00") if rows else []
+    if encoding == "json":
+        return json.loads(meta or "[]")
+    raise ValueError(f"unknown column encoding {encoding!r}")
 
 
 def applied_migrations(db: sqlite3.Connection) -> list[str]:
@@ -815,8 +934,6 @@ def open_writable(path: Path | None = None, migrations: Sequence[Migration] = MI
 # --------------------------------------------------------------------------------------------
 # The store
 
-_OFFER_LIST = TypeAdapter(list[Offer])
-
 
 class Store:
     """An open price store. Use `open_readonly` / `open_writable`, and close it (or use `with`)."""
@@ -896,20 +1013,48 @@ class Store:
             return offers  # every other condition is exact in SQL
         return [o for o in offers if query.matches(o)]
 
-    def load_plan_rows(self, query: OfferQuery | None = None) -> list[PlanRow]:
-        """The planning rows of the current offers matching `query` (no region/price filters:
-        those need the full offer), ordered like `load_offers`."""
-        query = query or OfferQuery()
-        if query.max_hour_price is not None or query.region is not None:
-            raise ValueError("planning rows are filtered by provider, GPU, count, memory, spot and currency only")
-        where, args = query.sql()
-        with _sql_errors(self.path):
-            rows = self.db.execute(f"SELECT plan FROM offers{where} ORDER BY provider, offer_id", args).fetchall()
+    def load_plan_parts(self, providers: Sequence[str]) -> list[tuple[str, int, object]]:
+        """(provider, snapshot id, offer_table.Part) of each of `providers`' current offers, read
+        in one transaction (so from one state of the store), rows in offer id order. A provider
+        with no current snapshot is left out."""
+        from rentopt.optimizer.offer_table import Part
+
+        names = sorted(set(providers))
+        if not names:
+            return []
+        marks = ",".join("?" * len(names))
+        with _sql_errors(self.path), self._reading():
+            current = dict(self.db.execute(f"SELECT name, snapshot_id FROM providers WHERE name IN ({marks})", names))
+            stored = self.db.execute(f"SELECT provider, snapshot_id, name, encoding, rows, data, meta FROM plan_columns"
+                                     f" WHERE provider IN ({marks})", names).fetchall()
+        columns: dict[str, dict[str, object]] = defaultdict(dict)
+        sizes: dict[str, int] = {}
+        snapshots: dict[str, int] = {}
         try:
-            return [PlanRow(*json.loads(r[0])) for r in rows]
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"the price store {self.path} holds a planning row this rentopt cannot read "
-                             f"({type(exc).__name__}). {way_out(self.path)}") from None
+            for provider, snapshot_id, name, encoding, rows, data, meta in stored:
+                if snapshots.setdefault(provider, snapshot_id) != snapshot_id or \
+                        current.get(provider) not in (None, snapshot_id):
+                    raise ValueError(f"the planning columns of {provider} are not all of its current snapshot")
+                columns[provider][name] = _decode_column(name, encoding, rows, data, meta)
+                sizes[provider] = rows
+            parts = [(provider, snapshots[provider], _part(provider, sizes[provider], columns[provider], Part))
+                     for provider in sorted(columns)]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise StoreError(f"the price store {self.path} holds planning columns this rentopt cannot read ({exc}). "
+                             f"{way_out(self.path)}") from None
+        return parts
+
+    def load_current_offers(self, keys: Iterable[tuple[str, str]], snapshots: dict[str, int]) -> list[Offer]:
+        """`load_offers_by_key`, but only while each provider's current snapshot is still the one
+        in `snapshots`: StoreError when a refresh replaced one since (never a mix of two)."""
+        with _sql_errors(self.path), self._reading():
+            names = sorted(snapshots)
+            marks = ",".join("?" * len(names))
+            now = dict(self.db.execute(f"SELECT provider, snapshot_id FROM plan_columns WHERE name = 'offer_id'"
+                                       f" AND provider IN ({marks})", names))
+            if any(now.get(p) != sid for p, sid in snapshots.items()):
+                raise StoreError("prices changed while quoting (a refresh just finished); run the quote again")
+            return self.load_offers_by_key(keys)
 
     def load_offers_by_key(self, keys: Iterable[tuple[str, str]]) -> list[Offer]:
         """The full current offers for (provider, offer_id) keys; missing keys are skipped."""
@@ -1015,9 +1160,11 @@ class Store:
             self.db.execute("DELETE FROM offers WHERE provider = ?", (provider,))
             self.db.executemany(
                 "INSERT INTO offers (provider, offer_id, snapshot_id, gpu, gpus, gpu_memory_gb, spot, region,"
-                " currency, hour_price_micros, prices, offer, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " currency, hour_price_micros, prices, offer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(provider, r[0], snapshot_id, *r[1:]) for r in rows],
             )
+            with gc_paused():
+                _write_plan_columns(self.db, provider, int(snapshot_id or 0), offers)
             by_id = {r[0]: r for r in rows}
             self.db.executemany(
                 "INSERT INTO offer_prices (provider, offer_id, snapshot_id, fetched_at, previous_prices, prices)"
@@ -1067,6 +1214,7 @@ class Store:
         self._require_writable()
         with _sql_errors(self.path), self._transaction():
             gone = self.db.execute("DELETE FROM offers WHERE provider = ?", (provider,)).rowcount
+            self.db.execute("DELETE FROM plan_columns WHERE provider = ?", (provider,))
             self.db.execute("UPDATE providers SET retired = 1, snapshot_id = NULL, offers_count = 0 WHERE name = ?",
                             (provider,))
         return gone
@@ -1123,6 +1271,18 @@ class Store:
         return len(rows)
 
     @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """One read transaction: every SELECT in it sees the same committed state (WAL snapshot)."""
+        nested = self.db.in_transaction
+        if not nested:
+            self.db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if not nested and self.db.in_transaction:
+                self.db.execute("COMMIT")
+
+    @contextmanager
     def _transaction(self) -> Iterator[None]:
         self.db.execute("BEGIN IMMEDIATE")
         try:
@@ -1135,6 +1295,37 @@ class Store:
     def _require_writable(self) -> None:
         if self.readonly:
             raise StoreError(f"the price store {self.path} was opened read-only; only `rentopt refresh` writes it")
+
+
+def _part(provider: str, n: int, stored: dict, part_type: type):  # noqa: ANN202
+    """A provider's stored columns as an offer_table.Part."""
+    from rentopt.optimizer.offer_table import Const
+
+    columns = {name: value for name, value in stored.items() if "." not in name and name not in ("terms", "extra_notes")}
+    columns["provider"] = Const(provider)
+    prices = {}
+    for name in ("hourly", "day", "week", "month"):
+        pair = [stored[f"{name}.{kind}"] for kind in (0, 1)]
+        if all(isinstance(v, Const) for v in pair) and repr(pair[0].value) == repr(pair[1].value):
+            prices[name] = pair[0]
+        else:
+            import numpy as np
+
+            prices[name] = np.stack([np.full(n, v.value, dtype=np.float64) if isinstance(v, Const) else v for v in pair])
+    terms: dict = defaultdict(list)
+    for k, r, h, p in stored.get("terms", []):
+        terms[(int(k), int(r))].append((float(h), float(p)))
+    notes_column = stored.get("extra_notes")
+    notes = {}
+    if notes_column is not None and not isinstance(notes_column, Const):
+        import numpy as np
+
+        named = np.flatnonzero(np.array([v is not None for v in notes_column.values], dtype=bool)[notes_column.codes]) \
+            if notes_column.values else []
+        notes = {int(r): notes_column.values[notes_column.codes[r]] for r in named}
+    if len(columns["offer_id"]) != n:
+        raise ValueError(f"{provider}: {len(columns['offer_id'])} offer ids for {n} rows")
+    return part_type(n, columns, prices, {k: tuple(v) for k, v in terms.items()}, notes)
 
 
 _PRICES = 8  # index of the price fingerprint in an offer row
@@ -1168,7 +1359,7 @@ def _offer_row(offer: Offer, price: Decimal | None, secrets: Sequence[str]) -> t
     return (
         offer.offer_id, offer.gpu, offer.gpus, offer.gpu_memory_gb, int(offer.spot), offer.region,
         offer.currency, to_micros(price) if price is not None else None,
-        redact(price_fingerprint(offer, text), secrets), redact(text, secrets), redact(_plan_json(offer), secrets),
+        redact(price_fingerprint(offer, text), secrets), redact(text, secrets),
     )
 
 

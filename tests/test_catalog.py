@@ -176,12 +176,17 @@ def test_a_lazy_quote_set_mixes_store_rows_and_bundled_offers_by_provider(rentop
     with open_writable(store_path()) as s:
         s.write_snapshot("vast", [offer("vast", "1")], fetched_at=T0)
     found = load_offers(["vast", "jygpu"], lazy=True)
-    keys = {r.key for r in found.plan_rows()}
+    keys = set(found.keys())
+    assert found.columns is not None and found.columns.n == 1  # the store's offer as planning columns
     assert ("vast", "1") in keys and ("jygpu", "8x-rtx4090") in keys
     full = found.offers_by_key(keys)
     assert full[("vast", "1")].price_options[0].amount == Decimal("2.00")
     assert full[("jygpu", "8x-rtx4090")].currency == "CNY"
     assert {o.key for o in found.all_offers()} == keys  # the store's and the bundled ones, each once
+    table = found.table()
+    assert {table.key(r) for r in range(table.n)} == keys
+    rows = [r for r in range(table.n) if table.key(r) in {("vast", "1"), ("jygpu", "8x-rtx4090")}]
+    assert [o.key for o in table.offers(rows)] == [table.key(r) for r in rows]  # the resolver, in the order asked
 
 
 def test_a_user_sheet_is_read_without_a_refresh_and_replaces_its_platform(rentopt_home):

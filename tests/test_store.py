@@ -7,11 +7,13 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rentopt.optimizer import store
 from rentopt.optimizer.errors import StoreError
-from rentopt.optimizer.models import Offer, PriceOption, PriceUnit, plan_row
+from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
+from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable, merge_parts
 from rentopt.optimizer.store import OfferQuery, open_readonly, open_writable
 
 T0 = datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
@@ -28,6 +30,22 @@ def make_offer(offer_id: str, *, provider: str = "alpha", gpu: str | None = "H10
     )
     values.update(fields)
     return Offer(**values)
+
+
+def plan_table(s) -> OfferTable:
+    """The store's planning columns of every provider, as one table (rows by provider, offer id)."""
+    parts = s.load_plan_parts([p.name for p in s.providers()])
+    return merge_parts([p for _, _, p in parts]).table()
+
+
+def assert_same_table(got: OfferTable, want: OfferTable) -> None:
+    """Every column equal (NaN equal to NaN), the terms and notes too."""
+    assert got.n == want.n
+    for name in LIST_COLUMNS:
+        assert getattr(got, name) == getattr(want, name), name
+    for name in (*ARRAY_COLUMNS, *PRICE_COLUMNS):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    assert got.terms == want.terms and got.extra_notes == want.extra_notes
 
 
 def snapshot_bytes(path: Path) -> tuple[bytes, int]:
@@ -55,6 +73,7 @@ EXPECTED_COLUMNS = {
     "offer_prices": ["provider", "offer_id", "snapshot_id", "fetched_at", "previous_prices", "prices"],
     "fx_rates": ["day", "currency", "per_eur"],
     "fx_fetch": ["id", "fetched_at", "source"],
+    "plan_columns": ["provider", "snapshot_id", "name", "encoding", "rows", "data", "meta"],
 }
 EXPECTED_INDEXES = {"snapshots_provider", "offers_gpu", "offers_memory", "offers_price", "price_history_gpu",
                     "price_history_gpu_provider"}
@@ -151,7 +170,7 @@ def test_m002_backfills_planning_rows_of_a_version_1_store(db_path):
     with pytest.raises(StoreError, match="older rentopt"):
         open_readonly(db_path)
     with open_writable(db_path) as s:
-        assert s.load_plan_rows() == [plan_row(o) for o in offers]
+        assert_same_table(plan_table(s), OfferTable.from_offers(offers))
         assert [o.offer_id for o in s.load_offers_by_key([("alpha", "a2")])] == ["a2"]
 
 
@@ -523,7 +542,7 @@ def _old_style_snapshot(db, provider: str, snapshot_id: int, offers, when: datet
         row = store._offer_row(o, o.price_options[0].amount, ())
         db.execute("INSERT INTO offers (provider, offer_id, snapshot_id, gpu, gpus, gpu_memory_gb, spot, region,"
                    " currency, hour_price_micros, prices, offer, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   (provider, row[0], snapshot_id, *row[1:]))
+                   (provider, row[0], snapshot_id, *row[1:], store._plan_json(o)))
     for h in store.history_rows(offers):
         db.execute("INSERT INTO price_history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (snapshot_id, provider, ts, *h))
     db.execute("UPDATE providers SET snapshot_id = ?, offers_count = ?, last_attempt_at = ?, last_success_at = ?"
@@ -561,7 +580,8 @@ def test_m004_splits_the_sheet_plugin_into_its_platforms_and_loses_nothing(db_pa
         offers = {o.key: o for o in s.load_offers()}
         assert set(offers) == {("autodl", "rtx4090-1x"), ("autodl", "rtx3090-1x"), ("jygpu", "8x-rtx4090"), ("vast", "v1")}
         assert offers[("autodl", "rtx4090-1x")].price_options[0].amount == Decimal("1.98")
-        assert {r.key for r in s.load_plan_rows()} == set(offers)
+        table = plan_table(s)
+        assert {table.key(r) for r in range(table.n)} == set(offers)
         assert s.offer_price_changes("autodl", "rtx4090-1x") == [(night2, "new")]
         plugins = {p.name: p for p in s.plugins()}
         assert set(plugins) == {"sheet", "vast"} and plugins["vast"].stale

@@ -170,6 +170,32 @@ class StoreColumns:
 
 
 @dataclass
+class TableColumns:
+    """A lazy set's offers from an offers file, as the table read from it: full offers are built
+    only for the rows a quote keeps (offers_reader)."""
+
+    whole: OfferTable
+
+    @property
+    def n(self) -> int:
+        return self.whole.n
+
+    def keys(self) -> list[tuple[str, str]]:
+        return list(zip(self.whole.provider, self.whole.offer_id))
+
+    def load(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Offer]:
+        where = {k: r for r, k in enumerate(self.keys())}
+        rows = [where[k] for k in keys if k in where]
+        return {o.key: o for o in self.whole.offers(rows)}
+
+    def table(self) -> OfferTable:
+        return self.whole
+
+    def oldest(self) -> datetime | None:
+        return min(self.whole.category("fetched_at")[1], default=None)
+
+
+@dataclass
 class OfferSet:
     """Offers to plan with and where they came from.
 
@@ -184,7 +210,7 @@ class OfferSet:
     prices_as_of: datetime | None  # the oldest fetched_at among `offers`
     label: str  # one line for the top of every output
     notes: list[str] = field(default_factory=list)
-    columns: StoreColumns | None = None  # lazy sets: the store's offers as planning columns
+    columns: StoreColumns | TableColumns | None = None  # lazy sets: the store's offers (or an offers file's) as columns
 
     def keys(self) -> list[tuple[str, str]]:
         """Every offer's (provider, offer id), the store's first."""
@@ -242,6 +268,8 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
         query = _with_providers(query, providers)
     requested = list(query.providers) if query.providers is not None else None
     if offers_file is not None:
+        if lazy and query.region is None and query.max_hour_price is None:
+            return _table_from_offers_file(Path(offers_file), query, requested)
         return _from_offers_file(Path(offers_file), query, requested)
     store = open_readonly(store_path())
     states = []
@@ -315,27 +343,8 @@ def _store_columns(store: Any, query: OfferQuery) -> StoreColumns:
 
 
 def _filtered(part: Any, query: OfferQuery) -> Any:
-    """The rows of `part` that `query` keeps (its provider, GPU, count, memory, spot and
-    currency conditions; the same as OfferQuery.matches on the full offers)."""
-    import numpy as np
-
-    from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, Part
-
-    table = part.table()
-    keep = np.ones(table.n, dtype=bool)
-    if query.gpus is not None:
-        keep &= np.array([g in query.gpus for g in table.gpu], dtype=bool)
-    if query.min_gpus is not None:
-        keep &= table.gpus >= query.min_gpus
-    if query.min_gpu_memory_gb is not None:
-        keep &= table.gpu_memory_gb >= query.min_gpu_memory_gb
-    if query.spot is not None:
-        keep &= table.spot == query.spot
-    if query.currency is not None:
-        keep &= np.array([c == query.currency for c in table.currency], dtype=bool)
-    sub = table.take(keep)
-    columns = {name: getattr(sub, name) for name in (*LIST_COLUMNS, *ARRAY_COLUMNS)}
-    return Part(sub.n, columns, {name: getattr(sub, name) for name in PRICE_COLUMNS}, sub.terms, sub.extra_notes)
+    """The rows of `part` that `query` keeps (see `_matching`)."""
+    return _matching(part.table(), replace(query, providers=None)).part()
 
 
 def _choose(states: Sequence, bundled: dict[str, SnapshotProvider], sheets: dict[str, list[Offer]]) -> dict[str, Provenance]:
@@ -401,6 +410,49 @@ def _from_offers_file(path: Path, query: OfferQuery, requested: list[str] | None
         mine = [o for o in everything if o.provider == name]
         provenance[name] = Provenance(name, min(o.fetched_at for o in mine), str(path), len(mine), origin="offers-file")
     return OfferSet(offers, "offers-file", provenance, _oldest(offers), f"offers file {path}")
+
+
+def _table_from_offers_file(path: Path, query: OfferQuery, requested: list[str] | None) -> OfferSet:
+    """`_from_offers_file` as columns: the quote's way to read a large file (offers_reader)."""
+    import numpy as np
+
+    from rentopt.optimizer.offers_reader import read_offers_table
+
+    whole = read_offers_table(path)
+    p_codes, names = whole.category("provider")
+    _check_known(requested, set(names), f"offers file {path}")
+    w_codes, whens = whole.category("fetched_at")
+    provenance = {}
+    counts = np.bincount(p_codes, minlength=len(names))
+    pairs = np.unique(p_codes.astype(np.int64) * (len(whens) + 1) + w_codes)
+    oldest: dict[str, datetime] = {}
+    for pair in pairs:
+        name, when = names[int(pair) // (len(whens) + 1)], whens[int(pair) % (len(whens) + 1)]
+        oldest[name] = min(when, oldest.get(name, when))
+    for i, name in sorted(enumerate(names), key=lambda x: x[1]):
+        provenance[name] = Provenance(name, oldest[name], str(path), int(counts[i]), origin="offers-file")
+    mine = TableColumns(_matching(whole, query))
+    return OfferSet([], "offers-file", provenance, mine.oldest(), f"offers file {path}", columns=mine)
+
+
+def _matching(table: OfferTable, query: OfferQuery) -> OfferTable:
+    """The rows of `table` that `query` keeps: its provider, GPU, count, memory, spot and
+    currency conditions, as OfferQuery.matches has them (region and price need full offers)."""
+    import numpy as np
+
+    keep = np.ones(table.n, dtype=bool)
+    for name, wanted in (("provider", query.providers), ("gpu", query.gpus), ("currency", query.currency)):
+        if wanted is not None:
+            codes, values = table.category(name)
+            allowed = {wanted} if isinstance(wanted, str) else set(wanted)
+            keep &= np.array([v in allowed for v in values], dtype=bool)[codes] if values else False
+    if query.min_gpus is not None:
+        keep &= table.gpus >= query.min_gpus
+    if query.min_gpu_memory_gb is not None:
+        keep &= table.gpu_memory_gb >= query.min_gpu_memory_gb
+    if query.spot is not None:
+        keep &= table.spot == query.spot
+    return table if keep.all() else table.take(keep)
 
 
 def _check_known(requested: list[str] | None, present: set[str], where: str) -> None:

@@ -349,6 +349,14 @@ def normalise(
     >>> m.gpu, m.status
     ('H100-SXM-80GB', 'default')
     """
+    return _normalise(raw_name, memory_hint_gb, form_factor_hint, interconnect_hint, sheet_defaults)
+
+
+# Catalogs and offers files repeat a few dozen spellings over thousands of rows: each distinct
+# (spelling, hints) is worked out once per process (GpuMatch is frozen, so sharing it is safe).
+@lru_cache(maxsize=4096)
+def _normalise(raw_name: str, memory_hint_gb: float | None, form_factor_hint: str | None,
+               interconnect_hint: str | None, sheet_defaults: bool) -> GpuMatch:
     memory_hint = memory_hint_gb if memory_hint_gb and math.isfinite(memory_hint_gb) and memory_hint_gb > 0 else None
     hint_variant = form_factor_of(form_factor_hint) if form_factor_hint else None
     if interconnect_hint not in (None, "nvlink", "pcie", "unknown"):

@@ -124,6 +124,11 @@ class OfferTable:
             _codes={name: (codes[rows], values) for name, (codes, values) in self._codes.items()},
         )
 
+    def part(self) -> Part:
+        """The table's columns as a Part (to merge with others)."""
+        columns = {name: getattr(self, name) for name in (*LIST_COLUMNS, *ARRAY_COLUMNS)}
+        return Part(self.n, columns, {name: getattr(self, name) for name in PRICE_COLUMNS}, self.terms, self.extra_notes)
+
     @classmethod
     def from_offers(cls, offers: Sequence[Offer]) -> OfferTable:
         """The table of a list of offers (bundled snapshot, sheets, a refresh writing the store)."""
@@ -317,7 +322,10 @@ def merge_parts(parts: Sequence[Part]) -> Part:
             columns[name] = np.concatenate([as_array(Const(ARRAY_DEFAULTS.get(name)) if v is None else v, p.n, dtype, name)
                                             for v, p in zip(values, parts)])
         elif any(isinstance(v, list) for v in values):
-            columns[name] = [x for v, p in zip(values, parts) for x in as_list(v, p.n, name)]
+            joined: list = []
+            for v, p in zip(values, parts):
+                joined.extend(as_list(v, p.n, name))
+            columns[name] = joined
         else:
             index: dict = {}
             merged = []

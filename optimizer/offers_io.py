@@ -33,7 +33,7 @@ import csv
 import io
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -142,6 +142,22 @@ def _unit_hours(offer: Offer, option: PriceOption) -> int:
 def read_offers_file(path: Path) -> list[Offer]:
     """Offers from a JSON list of Offer objects or a hand-written CSV; OffersFileError names the problem."""
     path = Path(path)
+    data = read_limited(path)
+    if is_json(path, data):
+        offers = parse_offers_json(data, path.name)
+    else:
+        try:
+            text = data.decode("utf-8-sig")  # a spreadsheet's byte-order mark is not part of the header
+        except UnicodeDecodeError as exc:
+            raise OffersFileError(f"{path.name} is not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV") from None
+        offers = parse_offers_csv(text, name=path.name, fetched_at=file_time(path), source=str(path.resolve()))
+    check_nonempty(offers, path.name)
+    check_unique(offers, path.name)
+    return offers
+
+
+def read_limited(path: Path) -> bytes:
+    """The file's bytes, refusing one larger than MAX_OFFERS_FILE_BYTES."""
     try:
         with path.open("rb") as fp:
             data = fp.read(MAX_OFFERS_FILE_BYTES + 1)
@@ -150,22 +166,24 @@ def read_offers_file(path: Path) -> list[Offer]:
     if len(data) > MAX_OFFERS_FILE_BYTES:
         raise OffersFileError(f"{path} is larger than {MAX_OFFERS_FILE_BYTES >> 20} MiB, more than any offers file "
                               "holds; check the path")
-    if path.suffix.lower() == ".json" or (path.suffix.lower() != ".csv" and data.lstrip()[:1] == b"["):
-        offers = parse_offers_json(data, path.name)
-    else:
-        try:
-            text = data.decode("utf-8-sig")  # a spreadsheet's byte-order mark is not part of the header
-        except UnicodeDecodeError as exc:
-            raise OffersFileError(f"{path.name} is not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV") from None
-        try:
-            mtime = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
-        except (OSError, OverflowError, ValueError):
-            mtime = datetime.now(timezone.utc)
-        offers = parse_offers_csv(text, name=path.name, fetched_at=mtime, source=str(path.resolve()))
-    if not offers:
-        raise OffersFileError(f"{path.name} holds no offers; add at least one line (see `rentopt offers --help`)")
-    check_unique(offers, path.name)
-    return offers
+    return data
+
+
+def is_json(path: Path, data: bytes) -> bool:
+    return path.suffix.lower() == ".json" or (path.suffix.lower() != ".csv" and data.lstrip()[:1] == b"[")
+
+
+def file_time(path: Path) -> datetime:
+    """When the file was written: the fetched_at of lines that do not say."""
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
+    except (OSError, OverflowError, ValueError):
+        return datetime.now(timezone.utc)
+
+
+def check_nonempty(offers: Sized, name: str) -> None:
+    if not len(offers):
+        raise OffersFileError(f"{name} holds no offers; add at least one line (see `rentopt offers --help`)")
 
 
 def parse_offers_json(data: bytes | str, name: str = "offers file") -> list[Offer]:
@@ -264,16 +282,7 @@ def parse_offers_csv(text: str, *, name: str, fetched_at: datetime, source: str)
         header = [h.strip().lower() for h in (reader.fieldnames or [])]
     except csv.Error as exc:
         raise OffersFileError(f"{name} line 1 is not CSV ({exc})") from None
-    if not header:
-        raise OffersFileError(f"{name} is empty; its first line must name the columns: {', '.join(REQUIRED_COLUMNS)}")
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise OffersFileError(f"{name}: missing column {', '.join(missing)} (required: {', '.join(REQUIRED_COLUMNS)})")
-    unknown = [c for c in header if c not in REQUIRED_COLUMNS and c not in OPTIONAL_COLUMNS]
-    if unknown:
-        raise OffersFileError(
-            f"{name}: unknown column {', '.join(repr(c) for c in unknown)}; optional columns are {', '.join(OPTIONAL_COLUMNS)}"
-        )
+    check_header(header, name)
     reader.fieldnames = header
     offers = []
     bands = PriceBands()
@@ -285,12 +294,34 @@ def parse_offers_csv(text: str, *, name: str, fetched_at: datetime, source: str)
             break
         except csv.Error as exc:  # a NUL byte, a cell over the csv module's size limit
             raise OffersFileError(f"{name} line {reader.line_num + 1} is not CSV ({exc})") from None
-        if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
-            continue  # blank line
-        if None in row:  # more cells than header columns
-            raise OffersFileError(f"{name} line {reader.line_num}: more cells than columns in the header")
-        offers.append(_offer_from_row(_Row(row, name, reader.line_num), fetched_at, source, bands))
+        offer = offer_from_cells(row, name, reader.line_num, fetched_at, source, bands)
+        if offer is not None:
+            offers.append(offer)
     return offers
+
+
+def check_header(header: list[str], name: str) -> None:
+    """The header line names the required columns and no unknown one."""
+    if not header:
+        raise OffersFileError(f"{name} is empty; its first line must name the columns: {', '.join(REQUIRED_COLUMNS)}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise OffersFileError(f"{name}: missing column {', '.join(missing)} (required: {', '.join(REQUIRED_COLUMNS)})")
+    unknown = [c for c in header if c not in REQUIRED_COLUMNS and c not in OPTIONAL_COLUMNS]
+    if unknown:
+        raise OffersFileError(
+            f"{name}: unknown column {', '.join(repr(c) for c in unknown)}; optional columns are {', '.join(OPTIONAL_COLUMNS)}"
+        )
+
+
+def offer_from_cells(row: dict, name: str, line: int, fetched_at: datetime, source: str,
+                     bands: PriceBands) -> Offer | None:
+    """One CSV line's offer (`row` as csv.DictReader gives it); None for a blank line."""
+    if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
+        return None  # blank line
+    if None in row:  # more cells than header columns
+        raise OffersFileError(f"{name} line {line}: more cells than columns in the header")
+    return _offer_from_row(_Row(row, name, line), fetched_at, source, bands)
 
 
 class _Row:

@@ -1,0 +1,627 @@
+"""Offers files read as columns: an OfferTable of 1,000,000 CSV lines without an Offer per line.
+
+`read_offers_table(path)` gives what `offers_io.read_offers_file` gives, as an OfferTable
+whose resolver builds the full Offers of the rows a quote keeps by reading their lines again
+with offers_io's own line parser. It accepts and refuses exactly what that function does, with
+the same messages:
+
+- Every cell is worked out once per distinct value (a 1,000,000-line file has a few dozen GPU
+  spellings, currencies and counts, a few thousand prices), by the same checks offers_io
+  applies to a line. A line whose cells all pass, and whose prices lie clearly inside the
+  sane bands (optimizer/sanity.py; float arithmetic, so anything within a part in a billion of
+  a band's edge is left to the exact check), goes into the columns as it is.
+- Every other line (a bad cell, a price near a band's edge, more or fewer cells than the
+  header, a blank line) is read by offers_io's line parser itself, in file order, so the first
+  bad line raises exactly the error it raises there; good ones join the columns.
+- A file without quotes, carriage returns or NUL bytes (what programs write) is split at its
+  commas; any other is read with the csv module, as offers_io reads it.
+
+JSON files are validated as offers_io validates them (one strict pass) and become a table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rentopt.optimizer.errors import OffersFileError
+from rentopt.optimizer.models import Offer
+from rentopt.optimizer.offer_table import Codes, Const, OfferTable, Part, merge_parts
+from rentopt.optimizer import offers_io as io_
+from rentopt.optimizer.offers_io import (
+    FALSE_WORDS, HOURS_PER_DAY, MAX_OFFERS_FILE_BYTES, OFFER_LIMITS, OPTIONAL_COLUMNS, PRICE_COLUMNS,
+    REQUIRED_COLUMNS, STOPPED_BILLS, TRUE_WORDS,
+)
+
+_NAN = float("nan")
+_UNIT_HOURS = {"price_hour": 1, "price_day": 24, "price_week": 168, "price_month": 730}  # Offer's default month
+_TABLE_PRICES = {"price_hour": "hourly", "price_day": "day", "price_week": "week", "price_month": "month"}
+_CURRENCY = re.compile(r"[A-Z]{3}")
+# Band edges are compared in floats here; a price this close to one is checked exactly instead.
+_EDGE = 1e-9
+_CHUNK_BYTES = 8 << 20
+# From this size on, a file of regular lines is split by pandas' C tokenizer (pandas is installed
+# with ortools): 1,000,000 lines in 1.7 s instead of 7 s, for 0.3 s of import.
+_FRAME_BYTES = 4 << 20
+_FRAME_LINES = 100_000
+_BAD = object()  # a cell value that sends its line to the exact parser
+
+
+def read_offers_table(path: Path) -> OfferTable:
+    """The offers of an --offers-file as an OfferTable (see the module docstring)."""
+    path = Path(path)
+    data = io_.read_limited(path)
+    if io_.is_json(path, data):
+        offers = io_.parse_offers_json(data, path.name)
+        io_.check_nonempty(offers, path.name)
+        io_.check_unique(offers, path.name)
+        return OfferTable.from_offers(offers)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a spreadsheet's byte-order mark is not part of the header
+    return parse_csv_table(data, name=path.name, fetched_at=io_.file_time(path), source=str(path.resolve()))
+
+
+class _Lines:
+    """The file's lines, for reading a few of them again (the rows a quote keeps)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self._ends: np.ndarray | None = None
+
+    def text(self, first: int, last: int) -> str:
+        """Lines `first` to `last` (1-based, inclusive) as text."""
+        if self._ends is None:
+            self._ends = np.flatnonzero(np.frombuffer(self.data, dtype=np.uint8) == 10)
+        ends = self._ends
+        start = 0 if first == 1 else int(ends[first - 2]) + 1
+        stop = int(ends[last - 1]) + 1 if last - 1 < len(ends) else len(self.data)
+        return self.data[start:stop].decode("utf-8")
+
+
+def parse_csv_table(data: bytes, *, name: str, fetched_at: datetime, source: str) -> OfferTable:
+    """The CSV offers file `data` (UTF-8, without a byte-order mark) as a table."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OffersFileError(f"{name} is not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV") from None
+    simple = not any(c in data for c in (b'"', b"\r", b"\x00"))
+    header = _header(text[:text.find("\n") + 1] if simple and "\n" in text else text, name)
+    width = len(header)
+    lines = _Lines(data)
+    reader = _Reader(header, name, fetched_at, source)
+    body_start = text.find("\n") + 1 if "\n" in text else len(text)
+    if simple and len(data) >= _FRAME_BYTES and _regular(data, width):
+        del text  # the tokenizer reads the bytes
+        reader.frames(data, body_start_bytes(data), lines)
+    elif simple:
+        line = 2
+        pos = body_start
+        while pos < len(text) and reader.pending is None:
+            end = text.find("\n", pos + _CHUNK_BYTES)
+            end = len(text) if end < 0 else end + 1
+            chunk = text[pos:end]
+            pos = end
+            line = reader.simple_chunk(chunk, line, width)
+    else:
+        reader.csv_records(text, width)
+    return reader.finish(lines)
+
+
+def _header(text: str, name: str) -> list[str]:
+    """The header line's column names, checked as offers_io checks them."""
+    first = csv.reader(io.StringIO(text))
+    try:
+        header = [h.strip().lower() for h in (next(first, None) or [])]
+    except csv.Error as exc:
+        raise OffersFileError(f"{name} line 1 is not CSV ({exc})") from None
+    io_.check_header(header, name)
+    return header
+
+
+def body_start_bytes(data: bytes) -> int:
+    return data.index(b"\n") + 1 if b"\n" in data else len(data)
+
+
+def _regular(data: bytes, width: int) -> bool:
+    """Every line after the header holds exactly width - 1 commas (so none is blank), and none
+    is longer than the csv module reads."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    if not len(ends):
+        return False
+    if ends[-1] != len(buf) - 1:
+        ends = np.append(ends, len(buf))
+    per_line = np.diff(np.searchsorted(np.flatnonzero(buf == 44), ends), prepend=0)
+    return bool((per_line[1:] == width - 1).all()) and int(np.diff(ends).max(initial=0)) < csv.field_size_limit()
+
+
+class _Reader:
+    """Collects the columns of the good lines and reads the others with offers_io's parser."""
+
+    def __init__(self, header: list[str], name: str, fetched_at: datetime, source: str):
+        from rentopt.optimizer.sanity import PriceBands
+
+        self.header, self.name, self.fetched_at, self.source = header, name, fetched_at, source
+        self.column = {h: i for i, h in enumerate(header)}  # the last of a repeated name, as csv.DictReader
+        self.bands = PriceBands()
+        self.parts: list[tuple[Part, np.ndarray]] = []  # (columns of good lines, their line numbers)
+        self.slow: list[tuple[int, int, dict]] = []  # (first line, last line, cells) read by offers_io
+        self.memo: dict[tuple, Any] = {}
+        self.pending: OffersFileError | None = None  # a csv error, raised after the lines before it
+
+    # -- splitting lines into cells ----------------------------------------------------------
+
+    def simple_chunk(self, chunk: str, line: int, width: int) -> int:
+        """Lines without quotes: cells are what lies between commas. Returns the next line number."""
+        pieces = chunk.split("\n")
+        if pieces and pieces[-1] == "":
+            pieces.pop()
+        counts = np.fromiter(map(_commas, pieces), dtype=np.int64, count=len(pieces))
+        numbers = np.arange(line, line + len(pieces))
+        regular = counts == width - 1
+        if regular.all() and max(map(len, pieces), default=0) < csv.field_size_limit():
+            cells = chunk.replace("\n", ",").split(",")
+            if cells and cells[-1] == "" and chunk.endswith("\n"):
+                cells.pop()
+            self.columns(cells, width, numbers)
+        else:
+            for piece, number in zip(pieces, numbers):
+                self.csv_records(piece + "\n", width, first_line=int(number))
+                if self.pending is not None:
+                    break
+        return line + len(pieces)
+
+    def frames(self, data: bytes, start: int, lines: _Lines) -> None:
+        """The lines after the header, through pandas, `_FRAME_LINES` at a time."""
+        import pandas as pd
+
+        wanted = sorted(set(self.column[name] for name in self.column if name not in ("region", "source")))
+        frames = pd.read_csv(io.BytesIO(memoryview(data)[start:]), header=None, dtype=str, na_filter=False, engine="c",
+                             quoting=csv.QUOTE_NONE, chunksize=_FRAME_LINES, usecols=wanted, skip_blank_lines=False)
+        line = 2
+        for frame in frames:
+            numbers = np.arange(line, line + len(frame))
+            self.chunk(_Frame(frame, self.column, lines, line), numbers)
+            line += len(frame)
+
+    def csv_records(self, text: str, width: int, first_line: int | None = None) -> None:
+        """Lines read with the csv module, as offers_io reads them; a csv error is kept in
+        `pending` (raised after the lines before it, as offers_io meets them in that order)."""
+        reader = csv.reader(io.StringIO(text))
+        offset = 0
+        if first_line is None:
+            next(reader, None)  # the header
+            offset = 0
+        else:
+            offset = first_line - 1
+        previous = reader.line_num
+        records: list[list[str]] = []
+        spans: list[tuple[int, int]] = []
+        while True:
+            try:
+                record = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                self._flush(records, spans, width)
+                self.pending = OffersFileError(f"{self.name} line {reader.line_num + offset + 1} is not CSV ({exc})")
+                return
+            span = (previous + offset + 1, reader.line_num + offset)
+            previous = reader.line_num
+            if not record:
+                continue  # a blank line
+            records.append(record)
+            spans.append(span)
+            if len(records) >= 65536:
+                self._flush(records, spans, width)
+                records, spans = [], []
+        self._flush(records, spans, width)
+
+    def _flush(self, records: list[list[str]], spans: list[tuple[int, int]], width: int) -> None:
+        regular = [i for i, r in enumerate(records) if len(r) == width]
+        if len(regular) < len(records):
+            for i, r in enumerate(records):
+                if len(r) != width:
+                    self.slow.append((*spans[i], _dict_row(self.header, r)))
+            records = [records[i] for i in regular]
+            spans = [spans[i] for i in regular]
+        if not records:
+            return
+        numbers = np.array([last for _, last in spans], dtype=np.int64)
+        firsts = np.array([first for first, _ in spans], dtype=np.int64)
+        self.columns([c for r in records for c in r], width, numbers, firsts)
+
+    # -- the cells of many good-looking lines, column by column -------------------------------
+
+    def columns(self, cells: list[str], width: int, numbers: np.ndarray, firsts: np.ndarray | None = None) -> None:
+        """The lines' cells, all of them in one list, `width` per line."""
+        self.chunk(_CellList(cells, width, self.column), numbers, firsts)
+
+    def chunk(self, cells: _CellList | _Frame, numbers: np.ndarray, firsts: np.ndarray | None = None) -> None:
+        n = len(numbers)
+        col = cells.values
+        ok = np.ones(n, dtype=bool)
+
+        def mapped(name: str, fn: Callable[[str], Any], *, default: Any = None) -> tuple[np.ndarray, list]:
+            """Codes and per-distinct results of a column (results _BAD mark the line)."""
+            if name not in self.column:
+                return np.zeros(n, dtype=np.int32), [fn("") if default is None else default]
+            codes, distinct = cells.distinct(name)
+            results = [self._cached(name, v, fn) for v in distinct]
+            bad = np.array([r is _BAD for r in results], dtype=bool)
+            ok[bad[codes]] = False
+            return codes, results
+
+        p_codes, providers = mapped("provider", _required)
+        # a blank line (every cell empty) is skipped; it has no provider, so only those are looked at
+        blank = np.zeros(n, dtype=bool)
+        for i in np.flatnonzero(np.array([p is _BAD for p in providers], dtype=bool)[p_codes]):
+            blank[i] = not any(c.strip() for c in cells.row(i))
+        ids = [v.strip() for v in col("offer_id")]  # type: ignore[union-attr]
+        if "" in ids:
+            ok[np.array([not v for v in ids], dtype=bool)] = False
+        spot_c, spots = mapped("spot", _boolean)
+        gpus_c, gpus = mapped("gpus", _gpus)
+        ccy_c, currencies = mapped("currency", _currency)
+        link_c, links = mapped("interconnect", _interconnect)
+        mem_c, memories = mapped("gpu_memory_gb", lambda v: _number(v, positive=True, limit="gpu_memory_gb"))
+        form_c, forms = mapped("form_factor", _form_factor)
+        gpu_c, gpu_raws = mapped("gpu", _required)
+        days_c, max_days = mapped("max_days", _max_hours)
+        bills_c, bills = mapped("stopped_bills", _stopped_bills)
+        smax_c, smax = mapped("stopped_max_days", lambda v: _number(v, positive=True, limit="stopped_max_days"))
+        disk_c, disks = mapped("free_disk_gb", _free_disk)
+        when_c, whens = mapped("fetched_at", _timestamp)
+        prices = {c: mapped(c, lambda v: _number(v, positive=True)) for c in PRICE_COLUMNS}
+        others = {c: mapped(c, lambda v: _number(v, positive=False)) for c in ("storage_gb_month", "egress_gb", "ingress_gb")}
+
+        # the GPU, per distinct (spelling, memory, form factor, interconnect)
+        combo = ((gpu_c.astype(np.int64) * (len(memories) + 1) + mem_c) * (len(forms) + 1) + form_c) \
+            * (len(links) + 1) + link_c
+        uniq, first, inverse = np.unique(combo, return_index=True, return_inverse=True)
+        matches = []
+        for i in first:
+            key = ("gpu", gpu_raws[gpu_c[i]], memories[mem_c[i]], forms[form_c[i]], links[link_c[i]])
+            if key not in self.memo:
+                self.memo[key] = _gpu_match(*key[1:])
+            matches.append(self.memo[key])
+        bad = np.array([m is _BAD for m in matches], dtype=bool)
+        ok[bad[inverse]] = False
+        matches = [None if m is _BAD else m for m in matches]
+
+        gpus_f = np.array([_NAN if g is _BAD or g is None else g for g in gpus], dtype=np.float64)[gpus_c]
+        spot = np.array([s is True for s in spots], dtype=bool)[spot_c]
+        any_price = np.zeros(n, dtype=bool)
+        table_prices: dict[str, np.ndarray] = {}
+        low, high = self._band_arrays("gpu_hour", currencies, ccy_c)
+        for column, (codes, results) in prices.items():
+            amounts = np.array([_NAN if r is _BAD or r is None else r for r in results], dtype=np.float64)[codes]
+            have = ~np.isnan(amounts)
+            any_price |= have
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per = amounts / _UNIT_HOURS[column] / gpus_f
+                inside = (per > low * (1 + _EDGE)) & (per < high * (1 - _EDGE))
+            ok[have & ~inside] = False
+            pair = np.full((2, n), _NAN)
+            pair[0] = np.where(spot, _NAN, amounts)
+            pair[1] = np.where(spot, amounts, _NAN)
+            table_prices[_TABLE_PRICES[column]] = pair
+        ok &= any_price
+        floats: dict[str, np.ndarray] = {}
+        for column, (codes, results) in others.items():
+            values = np.array([_NAN if r is _BAD or r is None else r for r in results], dtype=np.float64)[codes]
+            kind = "storage_gb_month" if column == "storage_gb_month" else "transfer_gb"
+            low, high = self._band_arrays(kind, currencies, ccy_c)
+            known = ~np.isnan(values)
+            with np.errstate(invalid="ignore"):
+                inside = (values >= low) & (values < high * (1 - _EDGE))
+            ok[known & ~inside] = False
+            floats[column] = values
+        ok &= ~blank
+        # lines for offers_io's own parser: every line not known to be good, except blank ones
+        for i in np.flatnonzero(~ok & ~blank):
+            first_line = int(numbers[i] if firsts is None else firsts[i])
+            self.slow.append((first_line, int(numbers[i]), dict(zip(self.header, cells.row(i)))))
+        keep = np.flatnonzero(ok)
+        if not len(keep):
+            return
+        status = [m.status if m else None for m in matches]
+        memory = np.array([_NAN if m is None else m.memory for m in matches], dtype=np.float64)[inverse]
+        given = np.array([_NAN if m is _BAD or m is None else m for m in memories], dtype=np.float64)[mem_c]
+        notes_of = [m.note if m is not None and m.status == "default" else None for m in matches]
+        noted = np.array([x is not None for x in notes_of], dtype=bool)[inverse][keep]
+        note_rows = np.flatnonzero(noted)  # positions among the kept lines
+        k = lambda a: a[keep]  # noqa: E731
+        columns = {
+            "provider": Codes(k(p_codes), providers), "offer_id": [ids[i] for i in keep],
+            "gpu": Codes(k(inverse).astype(np.int32), [m.gpu if m else None for m in matches]),
+            "gpu_raw": Codes(k(gpu_c), [None if g is _BAD else g for g in gpu_raws]),
+            "gpu_status": Codes(k(inverse).astype(np.int32), status),
+            "currency": Codes(k(ccy_c), [None if c is _BAD else c for c in currencies]),
+            "fetched_at": Codes(k(when_c), [self.fetched_at if w is None or w is _BAD else w for w in whens]),
+            "interconnect": Codes(k(link_c), [None if x is _BAD else (x or "unknown") for x in links]),
+            "stopped_bills": Codes(k(bills_c), [None if b is _BAD else (b or "storage") for b in bills]),
+            "gpus": k(gpus_f).astype(np.int64), "gpu_memory_gb": k(np.where(np.isnan(given), memory, given)),
+            "spot": k(spot),
+            "max_hours": k(np.array([_NAN if d is _BAD or d is None else d for d in max_days])[days_c]),
+            "storage": k(floats["storage_gb_month"]), "stopped_storage": k(floats["storage_gb_month"]),
+            "egress": k(floats["egress_gb"]), "ingress": k(floats["ingress_gb"]),
+            "stopped_max_hours": k(np.array([_NAN if d is _BAD or d is None else d * 24 for d in smax])[smax_c]),
+            "free_disk_gb": k(np.array([0.0 if d is _BAD or d is None else d for d in disks])[disk_c]),
+        }
+        part = Part(len(keep), columns, {name: pair[:, keep] for name, pair in table_prices.items()},
+                    extra_notes={int(j): notes_of[inverse[keep[j]]] for j in note_rows})
+        spans = np.stack([numbers if firsts is None else firsts, numbers])[:, keep]
+        self.parts.append((part, spans))
+
+    def _cached(self, name: str, value: str, fn: Callable[[str], Any]) -> Any:
+        key = (name, value)
+        found = self.memo.get(key, _MISSING)
+        if found is _MISSING:
+            found = self.memo[key] = fn(value)
+        return found
+
+    def _band_arrays(self, kind: str, currencies: list, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per line, the band of `kind` in its currency (NaN, sending the line to the exact
+        parser, where the currency has none)."""
+        from rentopt.optimizer.sanity import UnknownCurrency
+
+        lows, highs = [], []
+        for c in currencies:
+            try:
+                band = None if c is _BAD else self.bands.band(kind, c)  # type: ignore[arg-type]
+            except UnknownCurrency:
+                band = None
+            lows.append(_NAN if band is None else float(band.low))
+            highs.append(_NAN if band is None else float(band.high))
+        return np.array(lows)[codes], np.array(highs)[codes]
+
+    # -- the lines read by offers_io itself, and the table ------------------------------------
+
+    def finish(self, lines: _Lines) -> OfferTable:
+        slow_offers: list[Offer] = []
+        slow_spans: list[tuple[int, int]] = []
+        for first, last, cells in sorted(self.slow, key=lambda s: s[1]):
+            offer = io_.offer_from_cells(cells, self.name, last, self.fetched_at, self.source, self.bands)
+            if offer is not None:
+                slow_offers.append(offer)
+                slow_spans.append((first, last))
+        if self.pending is not None:
+            raise self.pending
+        parts = [p for p, _ in self.parts]
+        spans = [s for _, s in self.parts]
+        if slow_offers:
+            parts.append(OfferTable.from_offers(slow_offers).part())
+            spans.append(np.array(slow_spans, dtype=np.int64).T)
+        merged = merge_parts(parts)
+        span = np.concatenate(spans, axis=1) if spans else np.zeros((2, 0), dtype=np.int64)
+        order = np.argsort(span[1], kind="stable")  # file order (the slow lines came last)
+        name, fetched_at, source, bands = self.name, self.fetched_at, self.source, self.bands
+        header = self.header
+
+        def resolve(rows: Sequence[int]) -> list[Offer]:
+            out = []
+            for r in rows:
+                first, last = int(span[0, r]), int(span[1, r])
+                record = next(cells for cells in csv.reader(io.StringIO(lines.text(first, last))) if cells)
+                offer = io_.offer_from_cells(_dict_row(header, record), name, last, fetched_at, source, bands)
+                if offer is None:  # cannot happen: the line was read as an offer before
+                    raise OffersFileError(f"{name} line {last} changed while it was read")
+                out.append(offer)
+            return out
+
+        table = merged.table(resolve)
+        if len(order) and (order != np.arange(len(order))).any():
+            table = table.take(order)
+        io_.check_nonempty(range(table.n), name)
+        _check_unique(table, name)
+        return table
+
+
+_MISSING = object()
+
+
+class _CellList:
+    """Lines' cells as one flat list (csv records, or lines split at their commas)."""
+
+    def __init__(self, cells: list[str], width: int, column: dict[str, int]):
+        self.cells, self.width, self.column = cells, width, column
+
+    def values(self, name: str) -> list[str] | None:
+        return self.cells[self.column[name]::self.width] if name in self.column else None
+
+    def distinct(self, name: str) -> tuple[np.ndarray, list[str]]:
+        return _distinct(self.values(name))  # type: ignore[arg-type]
+
+    def row(self, i: int) -> list[str]:
+        return self.cells[i * self.width:(i + 1) * self.width]
+
+
+class _Frame:
+    """Lines split at their commas by pandas' C tokenizer (every cell as text, none dropped):
+    a large file's columns without a Python object per cell of a column rentopt only counts."""
+
+    def __init__(self, frame: Any, column: dict[str, int], lines: _Lines, first_line: int):
+        self.frame, self.column, self.lines, self.first_line = frame, column, lines, first_line
+
+    def values(self, name: str) -> list[str] | None:
+        return self.frame[self.column[name]].tolist() if name in self.column else None
+
+    def distinct(self, name: str) -> tuple[np.ndarray, list[str]]:
+        import pandas as pd
+
+        codes, uniques = pd.factorize(self.frame[self.column[name]], sort=False)
+        return codes.astype(np.int32, copy=False), list(uniques)
+
+    def row(self, i: int) -> list[str]:
+        return next(csv.reader([self.lines.text(self.first_line + i, self.first_line + i)]))
+
+
+def _dict_row(header: list[str], record: list[str]) -> dict:
+    """A record as csv.DictReader gives it: extra cells under None, missing ones None."""
+    row: dict = dict(zip(header, record))
+    if len(record) > len(header):
+        row[None] = record[len(header):]
+    elif len(record) < len(header):
+        for key in header[len(record):]:
+            row[key] = None
+    return row
+
+
+def _check_unique(table: OfferTable, name: str) -> None:
+    if len(set(table.offer_id)) == table.n:
+        return  # unique ids: unique keys
+    keys = set(zip(table.provider, table.offer_id))
+    if len(keys) < table.n:
+        seen: set = set()
+        for key in zip(table.provider, table.offer_id):
+            if key in seen:
+                raise OffersFileError(f"{name}: offer {key[0]}/{key[1]} appears twice; offer ids must be unique per provider")
+            seen.add(key)
+
+
+def _commas(line: str) -> int:
+    return line.count(",")
+
+
+def _distinct(values: list[str]) -> tuple[np.ndarray, list[str]]:
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+    return codes, list(index)
+
+
+# -- per distinct cell: the value offers_io would read, or _BAD when it would refuse it ------------
+# These repeat offers_io's rules only to recognise good cells; anything else is _BAD and its line
+# goes to offers_io's parser, which says what is wrong.
+
+
+def _required(value: str) -> Any:
+    return value.strip() or _BAD
+
+
+def _boolean(value: str) -> Any:
+    v = value.strip().lower()
+    return True if v in TRUE_WORDS else False if v in FALSE_WORDS else _BAD
+
+
+def _gpus(value: str) -> Any:
+    v = value.strip()
+    if not (v.isascii() and v.isdigit()):
+        return _BAD
+    low, high = OFFER_LIMITS["gpus"]
+    return int(v) if low <= int(v) <= high else _BAD
+
+
+def _currency(value: str) -> Any:
+    v = value.strip().upper()
+    return v if _CURRENCY.fullmatch(v) else _BAD
+
+
+def _interconnect(value: str) -> Any:
+    v = (value.strip() or "unknown").lower()
+    return v if v in ("nvlink", "pcie", "unknown") else _BAD
+
+
+def _stopped_bills(value: str) -> Any:
+    v = (value.strip() or "storage").lower()
+    return v if v in STOPPED_BILLS else _BAD
+
+
+def _form_factor(value: str) -> Any:
+    from rentopt.optimizer.hardware import form_factor_of
+
+    v = value.strip()
+    if not v:
+        return None
+    try:
+        form_factor_of(v)
+    except ValueError:
+        return _BAD
+    return v
+
+
+def _decimal(value: str, *, positive: bool) -> Any:
+    v = value.strip()
+    if not v:
+        return None
+    try:
+        amount = Decimal(v)
+    except InvalidOperation:
+        return _BAD
+    if not amount.is_finite() or amount < 0 or (positive and amount == 0):
+        return _BAD
+    return amount
+
+
+def _number(value: str, *, positive: bool, limit: str | None = None) -> Any:
+    amount = _decimal(value, positive=positive)
+    if amount is None or amount is _BAD:
+        return amount
+    number = float(amount)
+    if limit is not None:
+        low, high = OFFER_LIMITS[limit]
+        if not (math.isfinite(number) and low <= number <= high):
+            return _BAD
+    return number
+
+
+def _max_hours(value: str) -> Any:
+    days = _decimal(value, positive=True)
+    if days is None or days is _BAD:
+        return days
+    hours = float(days * HOURS_PER_DAY)
+    low, high = OFFER_LIMITS["max_duration_hours"]
+    return hours if math.isfinite(hours) and low <= hours <= high else _BAD
+
+
+def _free_disk(value: str) -> Any:
+    amount = _decimal(value, positive=False)
+    if amount is None or amount is _BAD:
+        return amount
+    number = float(amount)
+    low, high = OFFER_LIMITS["free_disk_gb"]
+    return number if math.isfinite(number) and low <= number <= high else _BAD
+
+
+def _timestamp(value: str) -> Any:
+    v = value.strip()
+    if not v:
+        return None
+    try:
+        when = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        return _BAD
+    return when if when.tzinfo is not None else _BAD
+
+
+class _Match:
+    __slots__ = ("gpu", "status", "memory", "note")
+
+    def __init__(self, gpu: str, status: str, memory: float, note: str):
+        self.gpu, self.status, self.memory, self.note = gpu, status, memory, note
+
+
+def _gpu_match(raw: Any, memory: Any, form: Any, link: Any) -> Any:
+    """The catalog GPU of a line's cells, as offers_io's _sheet_gpu reads it, or _BAD."""
+    from rentopt.optimizer.hardware import get_gpu, normalise
+
+    if raw is _BAD or memory is _BAD or form is _BAD or link is _BAD:
+        return _BAD
+    match = normalise(raw, memory, form_factor_hint=form, interconnect_hint=link if link in ("nvlink", "pcie") else None,
+                      sheet_defaults=True)
+    if match.gpu is None:
+        return _BAD  # unknown or ambiguous: offers_io says which (or keeps it with gpu_memory_gb)
+    return _Match(match.gpu, match.status, get_gpu(match.gpu).memory_gb, match.note)
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)

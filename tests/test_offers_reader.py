@@ -1,0 +1,163 @@
+"""The columnar offers-file reader against offers_io's own reader: the same offers, the same
+errors, line for line (offers_io's reader builds and validates an Offer per line; it is the
+reference here, and its own tests pin its behaviour by hand-worked values)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rentopt.optimizer import offers_reader
+from rentopt.optimizer.errors import InputError, OffersFileError
+from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable
+from rentopt.optimizer.offers_io import read_offers_file, write_offers_json
+from rentopt.optimizer.offers_reader import read_offers_table
+
+HEADER = "provider,offer_id,gpu,gpus,price_hour,price_day,price_week,price_month,currency,storage_gb_month,egress_gb," \
+         "ingress_gb,interconnect,region,spot,max_days\n"
+LINES = [
+    "alpha,a1,A100-SXM4-80GB,8,7.49,152.80,,3280.62,USD,0.10,,0,nvlink,us-east,no,90",
+    "alpha,a2,RTX 4090,1,0.35,,,,USD,0.10,0.01,0,,us-west,no,",
+    "beta,b1,H100,8,16.80,,,,USD,,,,nvlink,eu,no,",  # a bare name: the usual variant, with a note
+    "beta,b2,RTX 3090,2,0.24,,,,USD,0.10,,,pcie,eu,yes,",  # spot
+    "gamma,g1,RTX 4090,1,1.88,,,1100,CNY,0.70,,,,cn-north,no,30",
+    "gamma,g2,A800-SXM4-80GB,8,,,,70000,CNY,0.70,,,nvlink,cn-east,no,",  # monthly only
+    "gamma,g3,L40S,4,  3.40 ,,,, usd ,,,,PCIE,ap,NO,",  # whitespace and case, as people type them
+]
+
+
+def write(tmp_path: Path, text: str, name: str = "offers.csv", encoding: str = "utf-8") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text.encode(encoding))
+    return path
+
+
+def same_table(got: OfferTable, want: OfferTable) -> None:
+    assert got.n == want.n
+    for name in LIST_COLUMNS:
+        assert getattr(got, name) == getattr(want, name), name
+    for name in (*ARRAY_COLUMNS, *PRICE_COLUMNS):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    assert got.terms == want.terms and got.extra_notes == want.extra_notes
+
+
+def check_same(path: Path) -> OfferTable:
+    """Both readers agree: the table of offers_io's offers, and the full offers resolved."""
+    reference = read_offers_file(path)
+    table = read_offers_table(path)
+    same_table(table, OfferTable.from_offers(reference))
+    rows = list(range(table.n))[::-1]  # any order, as the planner asks
+    assert table.offers(rows) == [reference[r] for r in rows]
+    return table
+
+
+def test_the_same_offers_as_the_line_reader(tmp_path):
+    table = check_same(write(tmp_path, HEADER + "\n".join(LINES) + "\n"))
+    assert table.n == len(LINES)
+    assert table.gpu_status[2] == "default" and 2 in table.extra_notes  # the bare H100's note
+    assert table.hourly[1, 3] == 0.24 and np.isnan(table.hourly[0, 3])  # the spot line's price is interruptible
+
+
+@pytest.mark.parametrize("text", [
+    HEADER + "\n".join(LINES),  # no final newline
+    HEADER.replace("\n", "\r\n") + "\r\n".join(LINES) + "\r\n",  # Windows line ends
+    "\ufeff" + HEADER + "\n".join(LINES) + "\n",  # a spreadsheet's byte-order mark
+    HEADER + "\n\n".join(LINES) + "\n\n,,,,,,,,,,,,,,,\n",  # blank lines and an empty line of commas
+    HEADER + LINES[0] + '\n"alpha","q1","RTX 4090","1","0.35",,,,"USD",,,,,"Helsinki, FI",no,\n',  # quoted cells
+    HEADER + LINES[0] + '\nalpha,m1,"RTX\n4090",1,0.35,,,,USD,,,,,,no,\n',  # a cell over two lines
+    HEADER + LINES[0] + "\nalpha,short,RTX 4090,1,0.35,,,,USD\n",  # fewer cells than columns
+    HEADER + "alpha,edge,RTX 4090,1,0.001,,,,USD,,,,,,no,\n",  # exactly on the band's lower edge: sane
+    HEADER + "alpha,edge,RTX 4090,2,400,,,,USD,,,,,,no,\n",  # 200 per GPU-hour: the upper edge
+    "provider,offer_id,gpu,gpus,price_hour,currency,gpu_memory_gb,fetched_at,source,form_factor,stopped_bills,"
+    "stopped_max_days,free_disk_gb\n"
+    "x,1,Mystery GPU 9000,1,0.50,USD,24,2026-11-01T00:00:00Z,my sheet,,everything,14,50\n"  # an unknown GPU kept
+    "x,2,A100,4,5.00,USD,80,2026-11-02T00:00:00+08:00,,SXM,nothing,,0\n"
+    "x,3,H100,8,20,EUR,,,,,,,\n",
+], ids=["no-final-newline", "crlf", "bom", "blank-lines", "quotes", "multi-line-cell", "short-line", "band-low",
+        "band-high", "other-columns"])
+def test_the_same_offers_for_files_people_write(tmp_path, text):
+    check_same(write(tmp_path, text))
+
+
+BAD = [
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0,,,,USD,,,,,,no,\n",  # a free price
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,abc,,,,USD,,,,,,no,\n",
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,900,,,,USD,,,,,,no,\n",  # 900 per GPU-hour
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,2,400.01,,,,USD,,,,,,no,\n",  # just above the band: 200.005 per GPU-hour
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.0009,,,,USD,,,,,,no,\n",  # just below it
+    HEADER + LINES[0] + "\n,z,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",  # no provider
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,US,,,,,,no,\n",
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,XYZ,,,,,,no,\n",  # no exchange rate
+    HEADER + LINES[0] + "\nalpha,z,H100 NVL PCIe SXM,1,0.5,,,,USD,,,,,,no,\n",
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,0,0.5,,,,USD,,,,,,no,\n",
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,2000,500,,,,USD,,,,,,no,\n",
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,USD,9,,,,,no,\n",  # storage above its band
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,USD,,,,,,maybe,\n",
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,USD,,,,,,no,99999999\n",
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,,,,,USD,,,,,,no,\n",  # no price at all
+    HEADER + LINES[0] + "\nalpha,,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,USD,,,,,,no,,extra\n",  # more cells than columns
+    HEADER + LINES[0] + "\n" + LINES[0] + "\n",  # the same offer twice
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0,,,,USD,,,,,,no,\n" + "alpha,q,\x00,1\n",  # a bad line, then a NUL
+    HEADER + LINES[0] + "\nalpha,q,\x00,1\nalpha,z,RTX 4090,1,0,,,,USD,,,,,,no,\n",  # a NUL, then a bad line
+    HEADER,  # no offers
+    "",  # empty
+    "provider,offer_id,gpu\n",
+    "provider,offer_id,gpu,gpus,price_hour,currency,colour\n",
+    "provider,offer_id,gpu,gpus,price_hour,currency,fetched_at\nx,1,RTX 4090,1,0.5,USD,yesterday\n",
+    "provider,offer_id,gpu,gpus,price_hour,currency,form_factor\nx,1,A100,1,0.5,USD,round\n",
+]
+
+
+@pytest.mark.parametrize("text", BAD, ids=[f"bad-{i}" for i in range(len(BAD))])
+def test_the_same_errors_as_the_line_reader(tmp_path, text):
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as reference:  # OffersFileError; UnknownCurrency for a currency without a rate
+        read_offers_file(path)
+    with pytest.raises(InputError) as columnar:
+        read_offers_table(path)
+    assert (type(columnar.value), str(columnar.value)) == (type(reference.value), str(reference.value))
+
+
+def test_an_error_deep_in_a_file_names_its_line(tmp_path):
+    lines = [f"alpha,o{i},RTX 4090,1,0.35,,,,USD,,,,,,no," for i in range(5000)]
+    lines[4321] = "alpha,o4321,RTX 4090,1,-1,,,,USD,,,,,,no,"
+    path = write(tmp_path, HEADER + "\n".join(lines) + "\n")
+    with pytest.raises(OffersFileError, match=r"line 4323, field price_hour: '-1' must be a positive number"):
+        read_offers_table(path)
+
+
+@pytest.fixture
+def tokenizer_from_the_first_byte(monkeypatch):
+    """pandas' tokenizer (the large-file path) on small files too."""
+    monkeypatch.setattr(offers_reader, "_FRAME_BYTES", 0)
+    monkeypatch.setattr(offers_reader, "_FRAME_LINES", 3)
+
+
+def test_the_large_file_path_gives_the_same_offers(tmp_path, tokenizer_from_the_first_byte):
+    copies = []
+    for k in range(3):
+        for line in LINES:
+            provider, offer_id, rest = line.split(",", 2)
+            copies.append(f"{provider},{offer_id}-{k},{rest}")
+    check_same(write(tmp_path, HEADER + "\n".join(copies) + "\n"))
+
+
+@pytest.mark.parametrize("text", BAD[:16], ids=[f"bad-{i}" for i in range(16)])
+def test_the_large_file_path_gives_the_same_errors(tmp_path, tokenizer_from_the_first_byte, text):
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as reference:  # OffersFileError; UnknownCurrency for a currency without a rate
+        read_offers_file(path)
+    with pytest.raises(InputError) as columnar:
+        read_offers_table(path)
+    assert (type(columnar.value), str(columnar.value)) == (type(reference.value), str(reference.value))
+
+
+def test_a_json_file_is_the_same_offers(tmp_path):
+    offers = read_offers_file(write(tmp_path, HEADER + "\n".join(LINES) + "\n"))
+    path = tmp_path / "offers.json"
+    with path.open("w") as fp:
+        write_offers_json(offers, fp)
+    check_same(path)

@@ -99,9 +99,9 @@ class OfferTable:
         """
         found = self._codes.get(name)
         if found is None:
-            index: dict = {}
-            codes = np.fromiter((index.setdefault(v, len(index)) for v in getattr(self, name)), dtype=np.int32,
-                                count=self.n)
+            values = getattr(self, name)
+            index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+            codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=self.n)
             found = self._codes[name] = (codes, list(index))
         return found
 
@@ -272,8 +272,8 @@ def as_array(value: Any, n: int, dtype: type, name: str = "column") -> np.ndarra
     if isinstance(value, np.ndarray):
         return value.astype(dtype, copy=False)
     if dtype is np.float64:
-        return np.array([_NAN if v is None else v for v in value], dtype=np.float64)
-    return np.array(value, dtype=dtype)
+        return np.fromiter((_NAN if v is None else float(v) for v in value), dtype=np.float64, count=n)
+    return np.fromiter(value, dtype=dtype, count=n)
 
 
 def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:

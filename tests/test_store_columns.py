@@ -1,0 +1,136 @@
+"""The store's planning columns (migration m005): what they hold, what an upgraded store holds,
+and the resolver that reads the full offers a quote keeps."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rentopt.optimizer import store
+from rentopt.optimizer.catalog import bundled_snapshot, load_offers
+from rentopt.optimizer.cli import cli
+from rentopt.optimizer.errors import StoreError
+from rentopt.optimizer.models import Offer, PriceOption
+from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable, merge_parts
+from rentopt.optimizer.store import open_writable, store_path
+
+T0 = datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
+
+
+def offer(offer_id: str, **fields) -> Offer:
+    values = dict(provider="alpha", offer_id=offer_id, gpu="A100-SXM4-80GB", gpu_raw="A100 SXM4 80GB", gpus=4,
+                  gpu_memory_gb=80.0, price_options=[PriceOption(unit="hour", amount=Decimal("7.20"))],
+                  currency="USD", fetched_at=T0, source="https://alpha.test")
+    values.update(fields)
+    return Offer(**values)
+
+
+def same_table(got: OfferTable, want: OfferTable) -> None:
+    assert got.n == want.n
+    for name in LIST_COLUMNS:
+        assert getattr(got, name) == getattr(want, name), name
+    for name in (*ARRAY_COLUMNS, *PRICE_COLUMNS):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    assert got.terms == want.terms and got.extra_notes == want.extra_notes
+
+
+def stored_table(s) -> OfferTable:
+    parts = s.load_plan_parts([p.name for p in s.providers()])
+    return merge_parts([p for _, _, p in parts]).table()
+
+
+def test_the_columns_hold_every_planning_field_exactly(tmp_path):
+    offers = [
+        offer("a1", price_options=[PriceOption(unit="hour", amount=Decimal("7.20")),
+                                   PriceOption(unit="hour", amount=Decimal("6.90")),  # the cheaper one counts
+                                   PriceOption(unit="day", amount=Decimal("150")),
+                                   PriceOption(unit="term", amount=Decimal("4000"), term_hours=720),
+                                   PriceOption(unit="hour", amount=Decimal("2.5"), interruptible=True)],
+              storage_gb_month=Decimal("0.10"), storage_stopped_gb_month=Decimal("0.05"), egress_gb=Decimal("0.01"),
+              net_up_mbps=800.0, host_ram_gb=512.0, fabric="infiniband", fabric_gbps=400.0, nodes_available=4,
+              billing_granularity_s=60, billing_minimum_s=600, month_hours=720, stopped_bills="everything",
+              stopped_max_days=14.0, free_disk_gb=50.0, max_duration_hours=2000.0, interconnect="nvlink"),
+        offer("a2", gpu="H100-SXM-80GB", gpu_raw="H100", gpu_status="default", gpus=8, spot=True,
+              price_options=[PriceOption(unit="hour", amount=Decimal("9.5"), interruptible=True)],
+              extra={"gpu_note": "a bare H100 read as the SXM card"}),
+        offer("a3", gpu=None, gpu_raw="Mystery", gpu_status="unknown", gpu_memory_gb=24.0, currency="CNY",
+              price_options=[PriceOption(unit="month", amount=Decimal("9900"))], fetched_at=T0 - timedelta(hours=3)),
+        offer("a\x00odd"),  # an id no text separator can hold
+    ]
+    with open_writable(tmp_path / "prices.sqlite") as s:
+        s.write_snapshot("alpha", offers, fetched_at=T0)
+        table = stored_table(s)
+    same_table(table, OfferTable.from_offers(sorted(offers, key=lambda o: o.offer_id)))
+    assert table.hourly[0, table.offer_id.index("a1")] == 6.90 and table.terms[(0, table.offer_id.index("a1"))] == ((720.0, 4000.0),)
+
+
+def _old_style(db, provider: str, snapshot_id: int, offers: list[Offer]) -> None:
+    """What rentopt wrote before m005 for one refresh of `provider` (its write_snapshot, by hand)."""
+    ts = store.timestamp(offers[0].fetched_at)
+    db.execute("INSERT OR IGNORE INTO providers (name, plugin) VALUES (?, ?)", (provider, provider))
+    db.execute("INSERT INTO snapshots (id, provider, plugin, fetched_at, stored_at, source, offers_count, summary)"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, '{}')", (snapshot_id, provider, provider, ts, ts, offers[0].source, len(offers)))
+    for o in offers:
+        row = store._offer_row(o, None, ())
+        db.execute("INSERT INTO offers (provider, offer_id, snapshot_id, gpu, gpus, gpu_memory_gb, spot, region,"
+                   " currency, hour_price_micros, prices, offer, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (provider, row[0], snapshot_id, *row[1:], store._plan_json(o)))
+    db.execute("UPDATE providers SET snapshot_id = ?, offers_count = ?, last_attempt_at = ?, last_success_at = ?"
+               " WHERE name = ?", (snapshot_id, len(offers), ts, ts, provider))
+
+
+def test_an_upgraded_store_quotes_exactly_like_a_fresh_one(tmp_path, monkeypatch):
+    sections = [p for p in bundled_snapshot().providers if p.offers]
+    old, fresh = tmp_path / "old", tmp_path / "fresh"
+    old.mkdir()
+    db = sqlite3.connect(old / "prices.sqlite", isolation_level=None)
+    store.migrate(db, old / "prices.sqlite", store.MIGRATIONS[:4])  # a store of the rentopt before m005
+    for i, section in enumerate(sections, start=1):
+        _old_style(db, section.provider, i, section.offers)
+    db.close()
+    with open_writable(old / "prices.sqlite") as s:  # the upgrade
+        upgraded = stored_table(s)
+    fresh.mkdir()
+    with open_writable(fresh / "prices.sqlite") as s:
+        for section in sections:
+            s.write_snapshot(section.provider, section.offers, fetched_at=section.fetched_at, source=section.source)
+        same_table(upgraded, stored_table(s))
+    plans = []
+    for home in (old, fresh):
+        monkeypatch.setenv("RENTOPT_HOME", str(home))
+        result = CliRunner().invoke(cli, ["quote", "--model", "7b", "--mode", "lora", "--days", "3", "--format", "json"],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.stderr
+        quote = json.loads(result.stdout)
+        assert {s["origin"] for s in quote["sources"]} == {"store"}
+        plans.append(quote["plans"])
+    assert plans[0] == plans[1] and plans[0]
+
+
+def test_the_resolver_refuses_offers_of_a_snapshot_replaced_while_quoting(rentopt_home):
+    with open_writable(store_path()) as s:
+        s.write_snapshot("alpha", [offer("a1"), offer("a2")], fetched_at=T0)
+    found = load_offers(["alpha"], lazy=True)
+    table = found.table()
+    assert [o.offer_id for o in table.offers([1, 0])] == ["a2", "a1"]  # full offers, in the order asked
+    with open_writable(store_path()) as s:  # a refresh finishes meanwhile: same ids, new prices
+        s.write_snapshot("alpha", [offer("a1", price_options=[PriceOption(unit="hour", amount=Decimal("5"))]),
+                                   offer("a2")], fetched_at=T0 + timedelta(days=1))
+    with pytest.raises(StoreError, match="prices changed while quoting"):
+        table.offers([0])
+    with pytest.raises(StoreError, match="prices changed while quoting"):
+        found.offers_by_key([("alpha", "a1")])
+
+
+def test_a_retired_provider_leaves_no_columns(rentopt_home):
+    with open_writable(store_path()) as s:
+        s.write_snapshot("alpha", [offer("a1")], fetched_at=T0)
+        s.write_snapshot("beta", [offer("b1", provider="beta")], fetched_at=T0)
+        s.retire_provider("alpha")
+        assert [name for name, _, _ in s.load_plan_parts(["alpha", "beta"])] == ["beta"]

@@ -1,0 +1,154 @@
+"""`rentopt quote` end to end at 1k, 10k, 100k and 1M offers, from an offers file and from the store.
+
+    .venv/bin/python benchmarks/bench_scale.py [--sizes 1000,10000,100000,1000000] [--repeat 3]
+                                               [--sources csv,store] [--timeout 300]
+
+Each quote is a fresh process (`python -c "from rentopt.optimizer.cli import main; main()" quote
+...`), timed wall-clock, best and median of --repeat runs after one untimed warm-up, with its
+peak RSS (the child's own ru_maxrss, from os.wait4). The import floor is timed the same way in
+the same interpreter: Python + click + tabulate + OR-Tools' CP-SAT extension, what any quote
+process loads before it reads an offer (issue 11's floor). Reported per size: the ratio to the
+floor and the cost growth in microseconds per offer ((time - floor) / offers).
+
+The offers are synthetic but shaped like a marketplace (benchmarks/marketplace.py: 40 providers,
+30 GPU spellings, hourly/day/week/month and spot prices, USD and CNY). The store holds the same
+rows as the CSV, written provider by provider with `write_snapshot` (what `rentopt refresh`
+does); the bundled snapshot's providers join every quote, as they do for a user.
+
+Bytecode caching is on (an installed copy has its .pyc files); PYTHONDONTWRITEBYTECODE is
+removed from the children's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import marketplace  # noqa: E402
+
+JOB = ["--model", "13b", "--mode", "lora", "--days", "10"]
+FLOOR = "import click, tabulate; from ortools.sat.python import cp_model"
+
+
+# One quote in a child process, timed by phase: what reading the offers costs (load_offers and
+# the OfferTable: this module's concern) apart from planning and solving.
+PHASES = """
+import sys, time
+t0 = time.perf_counter()
+from rentopt.optimizer.catalog import load_offers
+from rentopt.optimizer.currency import FxTable
+from rentopt.optimizer.models import TrainingSetup
+from rentopt.optimizer.planner import QuoteRequest, plan_instance
+from rentopt.optimizer.workload import resolve_model
+from decimal import Decimal
+t1 = time.perf_counter()
+offers = load_offers(offers_file=sys.argv[1] or None, lazy=True)
+table = offers.table()
+t2 = time.perf_counter()
+req = QuoteRequest(model=resolve_model("13b"), setup=TrainingSetup(mode="lora"), days=Decimal(10))
+planned = plan_instance(req, table, FxTable.load())
+t3 = time.perf_counter()
+from rentopt.optimizer.solver import solve
+solve(planned.instance, top_k=req.top)
+t4 = time.perf_counter()
+print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f} {t4 - t3:.3f} {table.n}")
+"""
+
+
+def phases(path: str, env: dict[str, str]) -> str:
+    out = subprocess.run([sys.executable, "-c", PHASES, path], env=env, capture_output=True, text=True, check=True)
+    imports, read, plan, solve, n = out.stdout.split()
+    return f"imports {imports} s, offers read into a table {read} s ({n} rows), plan {plan} s, solve {solve} s"
+
+
+def run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in KB, exit status) of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = start + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            return float("inf"), usage.ru_maxrss, -9
+        time.sleep(0.002)
+    wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 3):
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        raise SystemExit(f"{' '.join(argv[-8:])} failed ({code}): {err.strip()[-500:]}")
+    return wall, usage.ru_maxrss, code
+
+
+def timed(argv: list[str], env: dict[str, str], repeat: int, timeout: float) -> tuple[float, float, int]:
+    run(argv, env, timeout)  # warm the page cache and the .pyc files
+    results = [run(argv, env, timeout) for _ in range(repeat)]
+    walls = [w for w, _, _ in results]
+    return min(walls), statistics.median(walls), max(r for _, r, _ in results)
+
+
+def fill_store(home: Path, n: int) -> float:
+    from rentopt.optimizer import store
+
+    home.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with store.open_writable(home / "prices.sqlite") as s:
+        chunks: dict[str, list] = {}
+        for provider, offers in marketplace.by_provider(n):
+            chunks.setdefault(provider, []).extend(offers)
+        for provider, offers in chunks.items():
+            s.write_snapshot(provider, offers, fetched_at=marketplace.FETCHED, source="synthetic marketplace")
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,10000,100000,1000000")
+    ap.add_argument("--sources", default="csv,store")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    floor_best, floor_median, floor_rss = timed([sys.executable, "-c", FLOOR], env, max(args.repeat, 5), 60)
+    print(f"import floor (python + click + tabulate + CP-SAT): best {floor_best:.3f} s, median {floor_median:.3f} s, "
+          f"{floor_rss / 1024:.0f} MB")
+    quote = [sys.executable, "-c", "from rentopt.optimizer.cli import main; main()", "quote", *JOB]
+    print(f"{'offers':>9} {'source':<6} {'best s':>7} {'median s':>8} {'x floor':>7} {'us/offer':>8} {'peak MB':>8}")
+    with tempfile.TemporaryDirectory(prefix="rentopt-scale-") as tmp:
+        for n in (int(x) for x in args.sizes.split(",")):
+            for source in args.sources.split(","):
+                home = Path(tmp) / f"{source}-{n}"
+                home.mkdir()
+                run_env = {**env, "RENTOPT_HOME": str(home)}
+                if source == "csv":
+                    path = Path(tmp) / f"offers-{n}.csv"
+                    marketplace.write_csv(path, n)
+                    argv = [*quote, "--offers-file", str(path)]
+                else:
+                    seconds = fill_store(home, n)
+                    print(f"          (store of {n:,} offers written in {seconds:.1f} s)")
+                    argv = quote
+                repeat = args.repeat if n < 1_000_000 else max(1, args.repeat // 2)
+                best, median, rss = timed(argv, run_env, repeat, args.timeout)
+                if best == float("inf"):
+                    print(f"{n:>9,} {source:<6} over the {args.timeout:.0f} s limit")
+                    continue
+                print(f"{n:>9,} {source:<6} {best:>7.3f} {median:>8.3f} {best / floor_best:>7.2f} "
+                      f"{(best - floor_best) / n * 1e6:>8.2f} {rss / 1024:>8.0f}")
+                print(f"          {phases(str(path) if source == 'csv' else '', run_env)}")
+
+
+if __name__ == "__main__":
+    main()

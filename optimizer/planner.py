@@ -566,11 +566,19 @@ class _Planner:
             bounds_t = self._bounds(prices, tr, "train", import_h)
             bounds_v = self._bounds(prices, va, "validate", import_h) if va is not None and len(va["row"]) else None
             pairs, lease = self._leases(prices, tr, va)
+            if bounds_v is not None and len(pairs[0]):
+                # a pair's plan is billing's idle choice between keeping and destroying: cover both
+                destroy_ok = va["destroy_wall"][pairs[0]] + float(req.idle_days * 24) + tr["wall"][pairs[1]] <= (
+                    np.inf if work.deadline_hours is None else float(work.deadline_hours) + _DEADLINE_EPS)
+                destroy_lo = bounds_t[0][pairs[1]] + bounds_v[0][pairs[0]]
+                destroy_hi = bounds_t[1][pairs[1]] + bounds_v[1][pairs[0]]
+                lease = (np.where(destroy_ok, np.minimum(lease[0], destroy_lo), lease[0]),
+                         np.where(destroy_ok, np.maximum(lease[1], destroy_hi), lease[1]))
             kept = prune_arrays(
                 TrainArrays(bounds_t[0], bounds_t[1], tr["wall"], tr["group"], tr["need"],
-                            tr["tokens"] if work.tokens is None else None),
+                            tr["tokens"] if work.tokens is None else None, tr["row"] * 2 + tr["kind"]),
                 None if va is None or bounds_v is None else ValidateArrays(
-                    bounds_v[0], bounds_v[1], va["wall"], va["destroy_wall"], va["keys"]),
+                    bounds_v[0], bounds_v[1], va["wall"], va["destroy_wall"], va["keys"], va["row"] * 2 + va["kind"]),
                 LeaseArrays(pairs[0], pairs[1], lease[0], lease[1]),
                 idle_hours=float(req.idle_days * 24), top_k=req.top,
                 deadline=None if work.deadline_hours is None else float(work.deadline_hours) + _DEADLINE_EPS,

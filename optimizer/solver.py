@@ -43,6 +43,7 @@ from rentopt.optimizer.billing import (
     Use,
     idle_choice,
     lease_bounds,
+    lease_refusal,
     price_plan,
     round_money,
     use_bounds,
@@ -158,6 +159,7 @@ class TrainArrays:
     group: np.ndarray  # int: the (provider, GPU) group top-K plans differ in
     need: np.ndarray  # int: the validation key it requires (-1: none)
     tokens: np.ndarray | None = None  # per-token ranking: the work each does
+    instance: np.ndarray | None = None  # int: the instance a lease continues on (offer and kind)
 
 
 @dataclass
@@ -167,14 +169,15 @@ class ValidateArrays:
     wall: np.ndarray  # running hours kept (a lease)
     destroy_wall: np.ndarray  # running hours when destroyed (copy-out included)
     keys: np.ndarray  # int, shape (n, k): the validation keys it satisfies (-1 padding)
+    instance: np.ndarray | None = None  # int: as TrainArrays.instance (one validation per key and instance)
 
 
 @dataclass
 class LeaseArrays:
     v: np.ndarray  # index into the validation arrays
     t: np.ndarray  # index into the training arrays
-    lo: np.ndarray  # bounds of the whole lease plan (validate, gap, train, export)
-    hi: np.ndarray
+    lo: np.ndarray  # bounds of the plan this pair gives: billing's idle choice between keeping the
+    hi: np.ndarray  # instance and destroying it, so they must cover both unless the choice is known
 
     @classmethod
     def empty(cls) -> LeaseArrays:
@@ -219,16 +222,21 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
     lease_ok = keep_t[le.t] & (keep_v[le.v] if va is not None else False)
     # 2. validation dominance per key, as a destroy-path partner: a slower one survives only if
     #    it could be cheaper than every faster one (a leasing validation stays in its lease pairs)
-    partners: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+    #    Billing's idle rule may refuse the destroy option of a validation on a training run's
+    #    own instance, so a validation is dominated only by two faster, cheaper ones on different
+    #    instances, and a run's destroy-path upper bound comes from a partner on another instance.
+    partners: dict[int, _PartnerPrefix] = {}
     if va is not None:
         survive = np.zeros(nv, dtype=bool)
+        v_inst = va.instance if va.instance is not None else np.arange(nv)
         for key, idx in _rows_per_key(va.keys, keep_v).items():
             order = idx[np.lexsort((va.hi[idx], va.destroy_wall[idx]))]
-            best_before = np.concatenate(([_INF_F], np.minimum.accumulate(va.hi[order])[:-1]))
-            alive = order[va.lo[order] <= best_before]
+            _, second_before, _ = _best_two(va.hi[order], v_inst[order], before=True)
+            alive = order[va.lo[order] <= second_before]
             survive[alive] = True
-            partners[key] = (va.destroy_wall[alive], np.minimum.accumulate(va.lo[alive]),
-                             np.minimum.accumulate(va.hi[alive]), alive)
+            best, second, best_inst = _best_two(va.hi[alive], v_inst[alive], before=False)
+            partners[key] = _PartnerPrefix(va.destroy_wall[alive], np.minimum.accumulate(va.lo[alive]), best, second,
+                                           best_inst, alive)
         dropped["dominated"] = int(keep_v.sum()) - int(survive.sum())
     # 3. each training candidate's best plan, bounded
     if va is None:
@@ -236,11 +244,14 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
     else:
         plan_lo, plan_hi = np.full(nt, _INF_F), np.full(nt, _INF_F)
         rooms = room_of(tr.wall)
-        for (walls, p_lo, p_hi, _), mine in _with_partners(tr.need, keep_t, partners):
-            at = np.searchsorted(walls, rooms[mine], side="right")
+        t_inst = tr.instance if tr.instance is not None else np.full(nt, -1)
+        for pp, mine in _with_partners(tr.need, keep_t, partners):
+            at = np.searchsorted(pp.walls, rooms[mine], side="right")
             has = at > 0
-            plan_lo[mine[has]] = tr.lo[mine[has]] + p_lo[at[has] - 1]
-            plan_hi[mine[has]] = tr.hi[mine[has]] + p_hi[at[has] - 1]
+            mine, cut = mine[has], at[has] - 1
+            plan_lo[mine] = tr.lo[mine] + pp.lo[cut]
+            usable = np.where(pp.best_instance[cut] != t_inst[mine], pp.best[cut], pp.second[cut])
+            plan_hi[mine] = tr.hi[mine] + usable
         if lease_ok.any():
             np.minimum.at(plan_lo, le.t[lease_ok], le.lo[lease_ok])
             np.minimum.at(plan_hi, le.t[lease_ok], le.hi[lease_ok])
@@ -263,8 +274,8 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
     if va is not None:
         kept_v[le.v[kept_leases]] = True
         rooms = room_of(tr.wall)
-        for (walls, _, _, alive), mine in _with_partners(tr.need, kept_t, partners):
-            kept_v[alive[:np.searchsorted(walls, rooms[mine].max(), side="right")]] = True
+        for pp, mine in _with_partners(tr.need, kept_t, partners):
+            kept_v[pp.alive[:np.searchsorted(pp.walls, rooms[mine].max(), side="right")]] = True
     return Kept(kept_t, kept_v, kept_leases, dropped)
 
 
@@ -280,6 +291,42 @@ def _rows_per_key(keys: np.ndarray, alive: np.ndarray) -> dict[int, np.ndarray]:
     # rows are ascending within a key, and a row lists each key once
     return {int(group_keys[0]): group_rows
             for group_keys, group_rows in zip(np.split(flat, cut), np.split(rows, cut)) if len(group_keys)}
+
+
+@dataclass
+class _PartnerPrefix:
+    """The destroy-path partners of one validation key, by wall clock, with prefix bounds."""
+
+    walls: np.ndarray
+    lo: np.ndarray  # lowest lower bound so far
+    best: np.ndarray  # lowest upper bound so far ...
+    second: np.ndarray  # ... and the lowest on an instance other than the best's
+    best_instance: np.ndarray
+    alive: np.ndarray  # their indices in the validation arrays
+
+
+def _best_two(values: np.ndarray, instances: np.ndarray, *, before: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Running minimum, running second minimum and the minimum's instance (values on distinct
+    instances); `before=True` gives them over the elements strictly before each position.
+
+    The second minimum of a prefix is min over it of max(x_k, the minimum before k).
+
+    >>> b, s, i = _best_two(np.array([5.0, 3.0, 4.0, 1.0]), np.array([0, 1, 2, 3]), before=False)
+    >>> b.tolist(), s.tolist(), i.tolist()
+    ([5.0, 3.0, 3.0, 1.0], [inf, 5.0, 4.0, 3.0], [0, 1, 1, 3])
+    """
+    if not len(values):
+        return values, values, instances
+    best = np.minimum.accumulate(values)
+    best_before = np.concatenate(([_INF_F], best[:-1]))
+    second = np.minimum.accumulate(np.maximum(values, best_before))
+    positions = np.arange(len(values))
+    at_best = np.maximum.accumulate(np.where(values <= best_before, positions, 0))
+    best_instance = instances[at_best]
+    if before:
+        return (best_before, np.concatenate(([_INF_F], second[:-1])),
+                np.concatenate(([-1], best_instance[:-1])))
+    return best, second, best_instance
 
 
 def _with_partners(need: np.ndarray, alive: np.ndarray, partners: dict):  # type: ignore[no-untyped-def]
@@ -312,51 +359,110 @@ def _widened(b: Bounds) -> tuple[float, float]:
 
 
 def prune(inst: PlanInstance, top_k: int) -> _Pruned:
-    """The candidates of an instance that can still be in the top `top_k` plans (exact bounds
-    from billing, pruned by `prune_arrays`)."""
+    """The candidates of an instance that can still be in the top `top_k` plans.
+
+    Two rounds of `prune_arrays`: first with billing's cheap bounds (loose for prepaid blocks,
+    whose cheapest cover needs a search), then with the exact totals of the survivors.
+    """
     G = inst.idle_hours
     ts, vs = list(inst.train), list(inst.validate)
     if not ts or (inst.validate and not vs):
         return _Pruned([], [], {}, {})
-    keys: dict[Hashable, int] = {}
-    key_id = lambda k: keys.setdefault(k, len(keys))  # noqa: E731
-    groups: dict[tuple[str, str], int] = {}
-    t_b = [_widened(use_bounds(t.use)) for t in ts]  # type: ignore[arg-type]
-    tr = TrainArrays(
-        lo=np.array([b[0] for b in t_b]), hi=np.array([b[1] for b in t_b]),
-        wall=np.array([float(t.wall) for t in ts]),
-        group=np.array([groups.setdefault(t.group, len(groups)) for t in ts], dtype=np.int64),
-        need=np.array([key_id(t.signature) if vs else -1 for t in ts], dtype=np.int64),
-        tokens=np.array([float(t.tokens) for t in ts]) if inst.rank_by == "per_token" else None)
-    va = None
-    if vs:
-        v_b = [_widened(use_bounds(v.use)) for v in vs]  # type: ignore[arg-type]
-        v_keys = [[key_id(k) for k in _keys(v)] for v in vs]
-        width = max(len(k) for k in v_keys)
-        va = ValidateArrays(
-            lo=np.array([b[0] for b in v_b]), hi=np.array([b[1] for b in v_b]),
-            wall=np.array([float(v.wall) for v in vs]), destroy_wall=np.array([float(_destroy_wall(v)) for v in vs]),
-            keys=np.array([k + [-1] * (width - len(k)) for k in v_keys], dtype=np.int64))
-    pairs, lease_b = [], []
+    pairs: list[tuple[int, int]] = []
     by_key: dict[tuple, list[int]] = defaultdict(list)
     for j, t in enumerate(ts):
         by_key[t.use.key].append(j)
     for i, v in enumerate(vs):
         for j in by_key.get(v.use.key, ()):
-            if compatible(v, ts[j]) and _fits(inst, v.wall + G + ts[j].wall):
-                found = lease_bounds(v.use, ts[j].use, G)  # type: ignore[arg-type]
-                if found is not None:
-                    pairs.append((i, j))
-                    lease_b.append(_widened(found))
+            if compatible(v, ts[j]) and _fits(inst, v.wall + G + ts[j].wall) and \
+                    lease_refusal(v.use, ts[j].use, G) is None:
+                pairs.append((i, j))
+    t_b = [_widened(use_bounds(t.use)) for t in ts]
+    v_b = [_widened(use_bounds(v.use)) for v in vs]
+    l_b = []
+    for i, j in pairs:  # the pair's plan is keep or destroy, as billing's idle rule decides
+        lo, hi = _widened(lease_bounds(vs[i].use, ts[j].use, G))  # type: ignore[arg-type]
+        if _fits(inst, _destroy_wall(vs[i]) + G + ts[j].wall):
+            lo, hi = min(lo, t_b[j][0] + v_b[i][0]), max(hi, t_b[j][1] + v_b[i][1])
+        l_b.append((lo, hi))
+    kept = _prune_round(inst, ts, vs, pairs, t_b, v_b, l_b, top_k)
+    dropped = dict(kept.dropped)
+    # round two: the exact totals of what survived
+    t_idx, v_idx = np.flatnonzero(kept.train), np.flatnonzero(kept.validate)
+    p_idx = np.flatnonzero(kept.leases)
+    t_exact = {int(j): _exact(_alone(ts[j].use)) for j in t_idx}
+    v_exact = {int(i): _exact(_alone(vs[i].use)) for i in v_idx}
+    l_exact = {int(k): _exact(_pair_total(inst, vs[pairs[k][0]], ts[pairs[k][1]])) for k in p_idx}
+    ts2, vs2 = [ts[j] for j in t_idx], [vs[i] for i in v_idx]
+    t_pos = {int(j): n for n, j in enumerate(t_idx)}
+    v_pos = {int(i): n for n, i in enumerate(v_idx)}
+    pairs2 = [(v_pos[pairs[k][0]], t_pos[pairs[k][1]]) for k in p_idx
+              if pairs[k][0] in v_pos and pairs[k][1] in t_pos]
+    l_exact2 = [l_exact[int(k)] for k in p_idx if pairs[k][0] in v_pos and pairs[k][1] in t_pos]
+    if not ts2:
+        return _Pruned([], [], {}, dropped)
+    kept2 = _prune_round(inst, ts2, vs2, pairs2, [t_exact[int(j)] for j in t_idx], [v_exact[int(i)] for i in v_idx],
+                         l_exact2, top_k)
+    for k, n in kept2.dropped.items():
+        dropped[k] = dropped.get(k, 0) + n
+    leases = {(vs2[i].id, ts2[j].id): Bounds(Decimal(b[0]), Decimal(b[1]), False)
+              for (i, j), b, ok in zip(pairs2, l_exact2, kept2.leases) if ok}
+    return _Pruned([v for v, ok in zip(vs2, kept2.validate) if ok], [t for t, ok in zip(ts2, kept2.train) if ok],
+                   leases, dropped)
+
+
+def _alone(use: Use) -> Decimal:
+    from rentopt.optimizer.billing import price_alone
+
+    return sum((s.cost for s in price_alone(use)), Decimal(0))
+
+
+def _pair_total(inst: PlanInstance, v: Candidate, t: Candidate) -> Decimal:
+    """The total of the plan a same-instance pair gives: billing's idle choice, keep or destroy."""
+    return _pair_bill(inst, v, t).total
+
+
+def _pair_bill(inst: PlanInstance, v: Candidate, t: Candidate) -> PlanBill:
+    uses = {v.id: v.use, t.id: t.use}
+    keep = price_plan(Choice(v.id, t.id, "continue" if inst.idle_hours == 0 else "stop"), uses, inst.idle_hours)
+    if not _fits(inst, _destroy_wall(v) + inst.idle_hours + t.wall):
+        return keep
+    return idle_choice(keep, price_plan(Choice(v.id, t.id, "destroy"), uses, inst.idle_hours))
+
+
+def _exact(total: Decimal) -> tuple[float, float]:
+    return _widened(Bounds(total, total, False))
+
+
+def _prune_round(inst: PlanInstance, ts: list[Candidate], vs: list[Candidate], pairs: list[tuple[int, int]],
+                 t_b: list[tuple[float, float]], v_b: list[tuple[float, float]], l_b: list[tuple[float, float]],
+                 top_k: int) -> Kept:
+    keys: dict[Hashable, int] = {}
+    key_id = lambda k: keys.setdefault(k, len(keys))  # noqa: E731
+    groups: dict[tuple[str, str], int] = {}
+    instances: dict[tuple, int] = {}
+    inst_id = lambda c: instances.setdefault(c.use.key, len(instances))  # noqa: E731
+    tr = TrainArrays(
+        lo=np.array([b[0] for b in t_b]), hi=np.array([b[1] for b in t_b]),
+        wall=np.array([float(t.wall) for t in ts]),
+        group=np.array([groups.setdefault(t.group, len(groups)) for t in ts], dtype=np.int64),
+        need=np.array([key_id(t.signature) if vs else -1 for t in ts], dtype=np.int64),
+        tokens=np.array([float(t.tokens) for t in ts]) if inst.rank_by == "per_token" else None,  # type: ignore[arg-type]
+        instance=np.array([inst_id(t) for t in ts], dtype=np.int64))
+    va = None
+    if vs:
+        v_keys = [[key_id(k) for k in _keys(v)] for v in vs]
+        width = max(len(k) for k in v_keys)
+        va = ValidateArrays(
+            lo=np.array([b[0] for b in v_b]), hi=np.array([b[1] for b in v_b]),
+            wall=np.array([float(v.wall) for v in vs]), destroy_wall=np.array([float(_destroy_wall(v)) for v in vs]),
+            keys=np.array([k + [-1] * (width - len(k)) for k in v_keys], dtype=np.int64),
+            instance=np.array([inst_id(v) for v in vs], dtype=np.int64))
     le = LeaseArrays(np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.int64),
-                     np.array([b[0] for b in lease_b]), np.array([b[1] for b in lease_b])) if pairs else LeaseArrays.empty()
-    kept = prune_arrays(tr, va, le, idle_hours=float(G), deadline=None if inst.deadline_hours is None
-                        else float(inst.deadline_hours), budget=None if inst.budget is None else float(inst.budget),
-                        top_k=top_k)
-    leases = {(vs[i].id, ts[j].id): Bounds(Decimal(lo), Decimal(hi), False)
-              for i, j, lo, hi, ok in zip(le.v, le.t, le.lo, le.hi, kept.leases) if ok}
-    return _Pruned([v for v, ok in zip(vs, kept.validate) if ok], [t for t, ok in zip(ts, kept.train) if ok],
-                   leases, kept.dropped)
+                     np.array([b[0] for b in l_b]), np.array([b[1] for b in l_b])) if pairs else LeaseArrays.empty()
+    return prune_arrays(tr, va, le, idle_hours=float(inst.idle_hours),
+                        deadline=None if inst.deadline_hours is None else float(inst.deadline_hours),
+                        budget=None if inst.budget is None else float(inst.budget), top_k=top_k)
 
 
 def _keys(v: Candidate) -> Iterable[Hashable]:
@@ -408,10 +514,7 @@ def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int) -> list[PlanBill]:
             destroy_ok = _fits(inst, _destroy_wall(v) + G + t.wall)
             v_cost, v_unk = alone[v.id]
             if (v.id, t.id) in p.leases:
-                keep = price_plan(Choice(v.id, t.id, "continue" if G == 0 else "stop"), uses, G)
-                chosen = keep
-                if destroy_ok:
-                    chosen = idle_choice(keep, price_plan(Choice(v.id, t.id, "destroy"), uses, G))
+                chosen = _pair_bill(inst, v, t)
                 options.append(_Option(_score(inst, chosen.total, t), bool(chosen.unknown), chosen.choice, chosen))
             elif destroy_ok:
                 options.append(_Option(_score(inst, v_cost + t_cost, t), v_unk or t_unk, Choice(v.id, t.id, "destroy")))
@@ -448,12 +551,9 @@ def _cp_sat(inst: PlanInstance, p: _Pruned, top_k: int, time_limit_s: float) -> 
 
     lease_bills: dict[tuple[str, str], PlanBill] = {}
     forbid_destroy: set[tuple[str, str]] = set()
+    v_by_id, t_by_id = {c.id: c for c in p.validate}, {c.id: c for c in p.train}
     for (vid, tid) in p.leases:
-        keep = price_plan(Choice(vid, tid, "continue" if G == 0 else "stop"), uses, G)
-        v, t = next(c for c in p.validate if c.id == vid), next(c for c in p.train if c.id == tid)
-        chosen = keep
-        if _fits(inst, _destroy_wall(v) + G + t.wall):
-            chosen = idle_choice(keep, price_plan(Choice(vid, tid, "destroy"), uses, G))
+        chosen = _pair_bill(inst, v_by_id[vid], t_by_id[tid])
         if chosen.choice.idle != "destroy":
             lease_bills[(vid, tid)] = chosen
             forbid_destroy.add((vid, tid))

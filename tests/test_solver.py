@@ -193,3 +193,19 @@ def test_a_lease_priced_between_its_bounds_is_found():
 def test_top_k_must_be_positive():
     with pytest.raises(ValueError, match="top_k"):
         solve(PlanInstance((), (train("ta", A, "10"),)), top_k=0)
+
+
+def test_an_upper_bound_from_a_destroy_the_idle_rule_refuses_does_not_hide_a_cheaper_plan():
+    # Offer m: validation 1 h and training 5 h at 1.00/h, a 100 h gap. Keeping the instance pays
+    # 730 GB x 0.04 x 100 / 730 = 4.00 of stopped disk: 1 + 4 + 5 = 10.00, fully priced. Destroying
+    # copies 730 GB out at an UNKNOWN egress: 6.00 + unknown, so billing keeps the instance (10.00).
+    # Offer b (another job's validation, so it cannot validate m's run): validation 1 h + training
+    # 8 h at 1.00/h on one rental, stopping free: 9.00.
+    # The best plan is b's 9.00; a bound taken from m's destroy option (6.00) must not prune it.
+    m = terms("m", "1.00", "pm", stopped_storage_gb_month=D("0.04"), egress_gb=None)
+    b = terms("b", "1.00", "pb", stopped_bills="nothing")
+    inst = PlanInstance((validate("vm", m, "1", disk="730", out="730"), validate("vb", b, "1", sig=frozenset({"h-job"}))),
+                        (train("tm", m, "5", disk="730"), train("tb", b, "8", gpu="h", sig="h-job")), idle_hours=D(100))
+    for method in ("enumeration", "cp-sat"):
+        plans = solve(inst, 1, method=method).plans
+        assert [(p.choice.train, p.total, bool(p.unknown)) for p in plans] == [("tb", D("9.00"), False)], method

@@ -22,6 +22,7 @@ the next forward runs.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass, field
 
 from rentopt.optimizer.errors import InputError
@@ -560,10 +561,17 @@ def estimate(model: ModelSpec, setup: TrainingSetup, *, activation_scale: float 
 
     `activation_scale` rescales only the activations and the loss transient (and the allocator
     slack that follows them), e.g. to match a measured validation peak (activation_scale_for_peak);
-    model states are known exactly and never scaled.
+    model states are known exactly and never scaled. The estimate depends on the job and its
+    layout, not on the card, so a quote's hundreds of node shapes share a few dozen of them:
+    results are memoised (MemoryEstimate is immutable, so callers share them safely).
     """
     if not (math.isfinite(activation_scale) and activation_scale >= 0):
         raise ValueError(f"activation_scale must be a finite number >= 0, got {activation_scale!r}")
+    return _estimate(model, setup, activation_scale)
+
+
+@lru_cache(maxsize=4096)
+def _estimate(model: ModelSpec, setup: TrainingSetup, activation_scale: float) -> MemoryEstimate:
     parts = _breakdown(model, setup, activation_scale)
     v = _views(parts, setup)
 
@@ -595,7 +603,7 @@ def estimate(model: ModelSpec, setup: TrainingSetup, *, activation_scale: float 
         checkpoint_gb=_r(_checkpoint_bytes(model, setup)),
         model_files_gb=_r(model.total_params * 2),
         cpu_offload_gb=_r(parts.cpu_offload),
-        assumptions=list(dict.fromkeys(notes)),
+        assumptions=tuple(dict.fromkeys(notes)),
     )
 
 

@@ -330,6 +330,8 @@ class TrainingSetup(BaseModel):
 class MemoryBreakdown(BaseModel):
     """Per-GPU GB by component (allocated view)."""
 
+    model_config = ConfigDict(frozen=True)
+
     weights: float
     gradients: float
     optimizer: float
@@ -338,7 +340,12 @@ class MemoryBreakdown(BaseModel):
 
 
 class MemoryEstimate(BaseModel):
-    """The `rentopt estimate --format json` contract (design.md); extend, never rename."""
+    """The `rentopt estimate --format json` contract; extend, never rename.
+
+    Immutable: memory.estimate memoises estimates and hands the same object to every caller.
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     model: str
     params_b: float
@@ -353,7 +360,7 @@ class MemoryEstimate(BaseModel):
     checkpoint_gb: float  # one resumable checkpoint on disk
     model_files_gb: float  # the base model's weights on disk (for sizing the instance disk)
     cpu_offload_gb: float = 0.0  # host RAM the offloaded state needs
-    assumptions: list[str] = []
+    assumptions: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------

@@ -1158,9 +1158,29 @@ class PriceColumns:
         return np.where(seconds > 0, cost, 0.0)
 
     def compute_bounds(self, rows: np.ndarray, seconds: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds on the cheapest cover of `seconds` per node, times `nodes`.
+
+        Lower: a cover either meters all the time, or buys at least one block b and covers the
+        rest at no better than the cheapest rate per second -- min(metered, min_b price_b +
+        floor x (seconds - len_b)+) -- never below floor x seconds, and much tighter when the
+        run is shorter than a block (a month bought for a 100 h job costs the month).
+        """
         hi = self.single(rows, seconds) * nodes
-        lo = np.where(self.metered_only[rows], hi, self.floor_per_hour[rows] * seconds / SECONDS_PER_HOUR * nodes)
-        return lo, hi
+        t = self.t
+        s = seconds.astype(np.float64)
+        floor = self.floor_per_hour[rows] / SECONDS_PER_HOUR
+        g, mn = t.granularity_s[rows], t.minimum_s[rows]
+        billed = np.where(seconds > 0, np.maximum(mn, np.ceil(s / g) * g), 0.0)
+        lo = self.hourly[rows] * billed / SECONDS_PER_HOUR  # NaN where there is no hourly price
+        for price, length in ((self.day[rows], 86400.0), (self.week[rows], 604800.0),
+                              (self.month[rows], t.month_hours[rows] * 3600.0)):
+            lo = np.fmin(lo, price + floor * np.maximum(0.0, s - length))
+        if self.terms:
+            for i in np.flatnonzero(np.isin(rows, list(self.terms))):
+                for hours, price in self.terms[int(rows[i])]:
+                    lo[i] = np.fmin(lo[i], price + floor[i] * max(0.0, s[i] - hours * 3600))
+        lo = np.where(seconds > 0, np.maximum(lo, floor * s), 0.0)
+        return np.where(self.metered_only[rows], hi, lo * nodes), hi
 
     def disk(self, rows: np.ndarray, gb: float, nodes: np.ndarray | int, hours: np.ndarray,
              rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

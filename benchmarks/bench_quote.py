@@ -81,14 +81,14 @@ def breakdown(home: Path, args: list[str]) -> dict[str, float]:
     kw = dict(zip(args[::2], args[1::2]))
     t = time.perf_counter()
     offers = load_offers(lazy=True)
-    full = offers.all_offers()
-    times["load offers"] = time.perf_counter() - t
+    table = offers.table()  # the planner's columns, as build_quote reads them
+    times["read offers into the planner's columns"] = time.perf_counter() - t
     req = QuoteRequest(model=resolve_model(kw["--model"]), setup=TrainingSetup(mode=kw["--mode"]),
                        days=Decimal(kw["--days"]) if "--days" in kw else None,
                        tokens=float(kw["--tokens"]) if "--tokens" in kw else None)
     fx = FxTable.load()
     t = time.perf_counter()
-    planned = plan_instance(req, full, fx)
+    planned = plan_instance(req, table, fx)
     times["plan (layouts, hours, billing terms per offer)"] = time.perf_counter() - t
     t = time.perf_counter()
     solution = solver.solve(planned.instance, top_k=req.top)

@@ -210,6 +210,13 @@ class OfferQuery:
         return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
+def _failed_since_success(last_error_at: datetime | None, last_success_at: datetime | None) -> bool:
+    """A row is stale when an error came after the last success (or there never was one)."""
+    if last_error_at is None:
+        return False
+    return last_success_at is None or last_error_at > last_success_at
+
+
 @dataclass(frozen=True)
 class ProviderState:
     """A provider's row in the store."""
@@ -231,9 +238,7 @@ class ProviderState:
     @property
     def stale(self) -> bool:
         """The last attempt failed: the offers served are the last good ones, not current."""
-        if self.last_error_at is None:
-            return False
-        return self.last_success_at is None or self.last_error_at > self.last_success_at
+        return _failed_since_success(self.last_error_at, self.last_success_at)
 
 
 @dataclass(frozen=True)
@@ -248,9 +253,8 @@ class PluginState:
 
     @property
     def stale(self) -> bool:
-        if self.last_error_at is None:
-            return False
-        return self.last_success_at is None or self.last_error_at > self.last_success_at
+        """Its last run failed after its last good one."""
+        return _failed_since_success(self.last_error_at, self.last_success_at)
 
 
 @dataclass(frozen=True)

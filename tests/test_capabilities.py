@@ -190,29 +190,35 @@ def test_a_bad_stack_name_is_one_clear_line():
     assert result.exit_code == 2 and "rentopt: error:" in result.output and "Traceback" not in result.output
 
 
+def offers_sheet(tmp_path, *lines: str) -> str:
+    sheet = tmp_path / "offers.csv"
+    sheet.write_text("provider,offer_id,gpu,gpus,price_hour,currency\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    return str(sheet)
+
+
+def quote_json(*args: str) -> dict:
+    return json.loads(CliRunner().invoke(cli, ["quote", *args, "--format", "json"]).output)
+
+
 def test_the_quote_rules_out_a_turing_card_for_a_pinned_bf16_run(tmp_path):
     # The headline case: the README's 13B LoRA quote picked a Quadro RTX 8000. With
     # --precision bf16 given, the cheaper Turing card is rejected and --explain says why.
-    sheet = tmp_path / "offers.csv"
-    sheet.write_text("provider,offer_id,gpu,gpus,price_hour,currency\n"
-                     "me,quadro,Quadro RTX 8000,1,0.28,USD\nme,a6000,RTX A6000,1,0.49,USD\n", encoding="utf-8")
-    args = ["quote", "--model", "13b", "--mode", "lora", "--rent-days", "10", "--offers-file", str(sheet), "--format", "json"]
-    free = json.loads(CliRunner().invoke(cli, args).output)
+    sheet = offers_sheet(tmp_path, "me,quadro,Quadro RTX 8000,1,0.28,USD", "me,a6000,RTX A6000,1,0.49,USD")
+    args = ["--model", "13b", "--mode", "lora", "--rent-days", "10", "--offers-file", sheet]
+    free = quote_json(*args)
     # fp16 with loss scaling may run there, priced at the speed of what runs
     assert not any(r["offer_id"] == "quadro" and r["constraint"] == "capability" for r in free["rejected"])
-    pinned = json.loads(CliRunner().invoke(cli, [*args, "--precision", "bf16"]).output)
+    pinned = quote_json(*args, "--precision", "bf16")
     assert {s["offer_id"] for p in pinned["plans"] for s in p["stages"]} == {"a6000"}
     [rejected] = [r for r in pinned["rejected"] if r["offer_id"] == "quadro"]
     assert rejected["constraint"] == "capability" and "lacks BF16 (Turing, compute capability 7.5)" in rejected["reason"]
 
 
 def test_the_quote_plans_rocm_only_when_allowed(tmp_path):
-    sheet = tmp_path / "offers.csv"
-    sheet.write_text("provider,offer_id,gpu,gpus,price_hour,currency\nme,mi300,MI300X,1,0.90,USD\n"
-                     "me,h100,H100 SXM,1,2.50,USD\n", encoding="utf-8")
-    args = ["quote", "--model", "7b", "--mode", "lora", "--rent-days", "1", "--offers-file", str(sheet), "--format", "json"]
-    cuda = json.loads(CliRunner().invoke(cli, args).output)
+    sheet = offers_sheet(tmp_path, "me,mi300,MI300X,1,0.90,USD", "me,h100,H100 SXM,1,2.50,USD")
+    args = ["--model", "7b", "--mode", "lora", "--rent-days", "1", "--offers-file", sheet]
+    cuda = quote_json(*args)
     assert cuda["plans"][0]["stages"][2]["offer_id"] == "h100"
     assert any(r["offer_id"] == "mi300" and "--allow-stack rocm" in r["reason"] for r in cuda["rejected"])
-    rocm = json.loads(CliRunner().invoke(cli, [*args, "--allow-stack", "rocm"]).output)
+    rocm = quote_json(*args, "--allow-stack", "rocm")
     assert rocm["plans"][0]["stages"][2]["offer_id"] == "mi300"

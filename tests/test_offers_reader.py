@@ -11,9 +11,10 @@ import pytest
 
 from rentopt.optimizer import offers_reader
 from rentopt.optimizer.errors import InputError, OffersFileError
-from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable
+from rentopt.optimizer.offer_table import OfferTable
 from rentopt.optimizer.offers_io import read_offers_file, write_offers_json
 from rentopt.optimizer.offers_reader import read_offers_table
+from tests.table_checks import assert_same_table
 
 HEADER = "provider,offer_id,gpu,gpus,price_hour,price_day,price_week,price_month,currency,storage_gb_month,egress_gb," \
          "ingress_gb,interconnect,region,spot,max_days\n"
@@ -34,20 +35,20 @@ def write(tmp_path: Path, text: str, name: str = "offers.csv", encoding: str = "
     return path
 
 
-def same_table(got: OfferTable, want: OfferTable) -> None:
-    assert got.n == want.n
-    for name in LIST_COLUMNS:
-        assert getattr(got, name) == getattr(want, name), name
-    for name in (*ARRAY_COLUMNS, *PRICE_COLUMNS):
-        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
-    assert got.terms == want.terms and got.extra_notes == want.extra_notes
+def assert_same_error(path: Path) -> None:
+    """The columnar reader refuses the file with the line reader's error, word for word."""
+    with pytest.raises(InputError) as reference:  # OffersFileError; UnknownCurrency for a currency without a rate
+        read_offers_file(path)
+    with pytest.raises(InputError) as columnar:
+        read_offers_table(path)
+    assert (type(columnar.value), str(columnar.value)) == (type(reference.value), str(reference.value))
 
 
 def check_same(path: Path) -> OfferTable:
     """Both readers agree: the table of offers_io's offers, and the full offers resolved."""
     reference = read_offers_file(path)
     table = read_offers_table(path)
-    same_table(table, OfferTable.from_offers(reference))
+    assert_same_table(table, OfferTable.from_offers(reference))
     rows = list(range(table.n))[::-1]  # any order, as the planner asks
     assert table.offers(rows) == [reference[r] for r in rows]
     return table
@@ -113,12 +114,7 @@ BAD = [
 
 @pytest.mark.parametrize("text", BAD, ids=[f"bad-{i}" for i in range(len(BAD))])
 def test_the_same_errors_as_the_line_reader(tmp_path, text):
-    path = write(tmp_path, text)
-    with pytest.raises(InputError) as reference:  # OffersFileError; UnknownCurrency for a currency without a rate
-        read_offers_file(path)
-    with pytest.raises(InputError) as columnar:
-        read_offers_table(path)
-    assert (type(columnar.value), str(columnar.value)) == (type(reference.value), str(reference.value))
+    assert_same_error(write(tmp_path, text))
 
 
 def test_an_error_deep_in_a_file_names_its_line(tmp_path):
@@ -147,12 +143,7 @@ def test_the_large_file_path_gives_the_same_offers(tmp_path, tokenizer_from_the_
 
 @pytest.mark.parametrize("text", BAD[:16], ids=[f"bad-{i}" for i in range(16)])
 def test_the_large_file_path_gives_the_same_errors(tmp_path, tokenizer_from_the_first_byte, text):
-    path = write(tmp_path, text)
-    with pytest.raises(InputError) as reference:  # OffersFileError; UnknownCurrency for a currency without a rate
-        read_offers_file(path)
-    with pytest.raises(InputError) as columnar:
-        read_offers_table(path)
-    assert (type(columnar.value), str(columnar.value)) == (type(reference.value), str(reference.value))
+    assert_same_error(write(tmp_path, text))
 
 
 def test_a_json_file_is_the_same_offers(tmp_path):

@@ -7,14 +7,14 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from rentopt.optimizer import store
 from rentopt.optimizer.errors import StoreError
 from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
-from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable, merge_parts
+from rentopt.optimizer.offer_table import OfferTable, merge_parts
 from rentopt.optimizer.store import OfferQuery, open_readonly, open_writable
+from tests.table_checks import assert_same_table
 
 T0 = datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
 
@@ -36,16 +36,6 @@ def plan_table(s) -> OfferTable:
     """The store's planning columns of every provider, as one table (rows by provider, offer id)."""
     parts = s.load_plan_parts([p.name for p in s.providers()])
     return merge_parts([p for _, _, p in parts]).table()
-
-
-def assert_same_table(got: OfferTable, want: OfferTable) -> None:
-    """Every column equal (NaN equal to NaN), the terms and notes too."""
-    assert got.n == want.n
-    for name in LIST_COLUMNS:
-        assert getattr(got, name) == getattr(want, name), name
-    for name in (*ARRAY_COLUMNS, *PRICE_COLUMNS):
-        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
-    assert got.terms == want.terms and got.extra_notes == want.extra_notes
 
 
 def snapshot_bytes(path: Path) -> tuple[bytes, int]:

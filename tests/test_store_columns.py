@@ -8,7 +8,6 @@ import sqlite3
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -17,8 +16,9 @@ from rentopt.optimizer.catalog import bundled_snapshot, load_offers
 from rentopt.optimizer.cli import cli
 from rentopt.optimizer.errors import StoreError
 from rentopt.optimizer.models import Offer, PriceOption
-from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable, merge_parts
+from rentopt.optimizer.offer_table import OfferTable, merge_parts
 from rentopt.optimizer.store import open_writable, store_path
+from tests.table_checks import assert_same_table
 
 T0 = datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
 
@@ -29,15 +29,6 @@ def offer(offer_id: str, **fields) -> Offer:
                   currency="USD", fetched_at=T0, source="https://alpha.test")
     values.update(fields)
     return Offer(**values)
-
-
-def same_table(got: OfferTable, want: OfferTable) -> None:
-    assert got.n == want.n
-    for name in LIST_COLUMNS:
-        assert getattr(got, name) == getattr(want, name), name
-    for name in (*ARRAY_COLUMNS, *PRICE_COLUMNS):
-        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
-    assert got.terms == want.terms and got.extra_notes == want.extra_notes
 
 
 def stored_table(s) -> OfferTable:
@@ -66,7 +57,7 @@ def test_the_columns_hold_every_planning_field_exactly(tmp_path):
     with open_writable(tmp_path / "prices.sqlite") as s:
         s.write_snapshot("alpha", offers, fetched_at=T0)
         table = stored_table(s)
-    same_table(table, OfferTable.from_offers(sorted(offers, key=lambda o: o.offer_id)))
+    assert_same_table(table, OfferTable.from_offers(sorted(offers, key=lambda o: o.offer_id)))
     assert table.hourly[0, table.offer_id.index("a1")] == 6.90 and table.terms[(0, table.offer_id.index("a1"))] == ((720.0, 4000.0),)
 
 
@@ -100,7 +91,7 @@ def test_an_upgraded_store_quotes_exactly_like_a_fresh_one(tmp_path, monkeypatch
     with open_writable(fresh / "prices.sqlite") as s:
         for section in sections:
             s.write_snapshot(section.provider, section.offers, fetched_at=section.fetched_at, source=section.source)
-        same_table(upgraded, stored_table(s))
+        assert_same_table(upgraded, stored_table(s))
     plans = []
     for home in (old, fresh):
         monkeypatch.setenv("RENTOPT_HOME", str(home))

@@ -5,7 +5,8 @@
 
 Each quote is a fresh process (`python -c "from rentopt.optimizer.cli import main; main()" quote
 ...`), timed wall-clock, best and median of --repeat runs after one untimed warm-up, with its
-peak RSS (the child's own ru_maxrss, from os.wait4). The import floor is timed the same way in
+peak RSS (the child's own ru_maxrss, from os.wait4; the offers are written by separate
+interpreters so the bench process stays small). The import floor is timed the same way in
 the same interpreter: Python + click + tabulate + OR-Tools' CP-SAT extension, what any quote
 process loads before it reads an offer (issue 11's floor). Reported per size: the ratio to the
 floor and the cost growth in microseconds per offer ((time - floor) / offers).
@@ -100,6 +101,14 @@ def timed(argv: list[str], env: dict[str, str], repeat: int, timeout: float) -> 
 
 
 def fill_store(home: Path, n: int) -> float:
+    """Write the store in a separate interpreter: Linux counts a child's RSS before exec in its
+    ru_maxrss, so a bench process holding a million offers would inflate every quote's peak."""
+    out = subprocess.run([sys.executable, __file__, "--fill-store", str(home), str(n)],
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def _fill_store(home: Path, n: int) -> float:
     from rentopt.optimizer import store
 
     home.mkdir(parents=True, exist_ok=True)
@@ -134,7 +143,7 @@ def main() -> None:
                 run_env = {**env, "RENTOPT_HOME": str(home)}
                 if source == "csv":
                     path = Path(tmp) / f"offers-{n}.csv"
-                    marketplace.write_csv(path, n)
+                    subprocess.run([sys.executable, __file__, "--write-csv", str(path), str(n)], check=True)
                     argv = [*quote, "--offers-file", str(path)]
                 else:
                     seconds = fill_store(home, n)
@@ -151,4 +160,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--fill-store"]:
+        print(_fill_store(Path(sys.argv[2]), int(sys.argv[3])))
+    elif sys.argv[1:2] == ["--write-csv"]:
+        marketplace.write_csv(Path(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main()

@@ -55,7 +55,7 @@ __all__ = [
     "Block", "RentalPricing", "IntegerPricing", "Cover", "Terms", "Use", "Line", "StageBill", "Choice", "PlanBill",
     "Bounds", "IdleOption", "QUANTUM", "SCALE", "SECONDS_PER_HOUR", "quantize_money", "round_money",
     "rental_pricing", "offer_terms", "seconds_to_cover", "billed_metered_seconds", "cover_in_units",
-    "cheapest_cover", "cover_alternatives", "explain_cover", "cover_notes", "transfer_hours", "storage_line", "transfer_line",
+    "cheapest_cover", "cover_alternatives", "explain_cover", "cover_notes", "lease_cover_notes", "transfer_hours", "storage_line", "transfer_line",
     "price_alone", "price_lease", "lease_refusal", "idle_choice", "price_plan", "use_bounds", "lease_bounds",
     "PriceColumns", "alone_bounds_arrays", "lease_bounds_arrays",
 ]
@@ -766,6 +766,15 @@ def _gap_bills(terms: Terms) -> bool:
     return terms.stopped_bills == "everything"
 
 
+def _gap_disk_line(terms: Terms, gb: Decimal, idle_hours: Decimal) -> Line | None:
+    """The validation instance's disk over a gap it is kept through: at the running rate when a
+    stopped instance bills in full, not at all when the platform charges nothing for it."""
+    if idle_hours <= 0 or terms.stopped_bills == "nothing":
+        return None
+    return storage_line(terms, gb, 1, idle_hours, stopped=True,
+                        rate=terms.storage_gb_month if _gap_bills(terms) else "default")
+
+
 def price_lease(v: Use, t: Use, idle_hours: Decimal) -> tuple[StageBill, ...]:
     """Validation, the idle gap and training on ONE instance (node 1 of the training run).
 
@@ -817,16 +826,9 @@ def price_lease(v: Use, t: Use, idle_hours: Decimal) -> tuple[StageBill, ...]:
     if others:
         counts, metered, _ = _cover(pricing, st)
         t_compute += _compute_lines(pricing, counts, metered, others, ccy, note=f"nodes 2-{t.nodes}, fresh rentals")
-    if sg == 0:
-        idle_lines: tuple[Line, ...] = ()
-    elif _gap_bills(terms):
-        idle_lines = _lines(gap_compute, storage_line(terms, v.disk_gb, 1, idle_hours, stopped=True,
-                                                      rate=terms.storage_gb_month))
-    elif terms.stopped_bills == "nothing":
-        idle_lines = ()
+    idle_lines = _lines(gap_compute, _gap_disk_line(terms, v.disk_gb, idle_hours))
+    if sg and terms.stopped_bills == "nothing":
         notes.append(f"{terms.provider} charges nothing for a stopped instance")
-    else:
-        idle_lines = _lines(storage_line(terms, v.disk_gb, 1, idle_hours, stopped=True))
     validate = StageBill("validate", v.id, _lines(
         v_compute, storage_line(terms, v.disk_gb, 1, v.hours),
         transfer_line(terms, v.import_gb, "ingress", "base weights and data into a fresh instance")))
@@ -876,6 +878,13 @@ def cover_notes(pricing: RentalPricing, hours: Decimal, currency: str, nodes: in
                          f"renting by the day would be cheaper at under {round_money(per_day, currency)} {currency} "
                          f"per day ({days} days)")
     return notes
+
+
+def lease_cover_notes(v: Use, t: Use, idle_hours: Decimal) -> list[str]:
+    """`cover_notes` for a lease's one rental: validation, the gap when it is billed as running
+    time, and training."""
+    billed_gap = idle_hours if _gap_bills(t.terms) else Decimal(0)
+    return cover_notes(t.pricing, v.hours + billed_gap + t.hours, t.terms.currency)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1082,22 +1091,17 @@ def lease_bounds(v: Use, t: Use, idle_hours: Decimal) -> Bounds | None:
     if sg == 0 or _gap_bills(terms):
         lo, hi = _compute_bounds(pricing, sv + sg + st)
     else:
+        # Each session's lower bound is its seconds at the lowest rate (exact when metered only,
+        # where no prepaid window can span the gap), so their sum also bounds a spanning window.
         (vlo, vhi), (tlo, thi) = _compute_bounds(pricing, sv), _compute_bounds(pricing, st)
-        lo = min(vlo + tlo, (sv + st) * _lowest_rate(pricing))
-        hi = vhi + thi
+        lo, hi = vlo + tlo, vhi + thi
     others = t.nodes - 1
     if others:
         olo, ohi = _compute_bounds(pricing, st)
         lo, hi = lo + olo * others, hi + ohi * others
-    if sg and not _gap_bills(terms) and terms.stopped_bills == "nothing":
-        gap = None
-    elif sg:
-        gap = storage_line(terms, v.disk_gb, 1, idle_hours, stopped=True,
-                           rate=terms.storage_gb_month if _gap_bills(terms) else "default")
-    else:
-        gap = None
     fixed, unknown = _fixed([
-        storage_line(terms, v.disk_gb, 1, v.hours), transfer_line(terms, v.import_gb, "ingress"), gap,
+        storage_line(terms, v.disk_gb, 1, v.hours), transfer_line(terms, v.import_gb, "ingress"),
+        _gap_disk_line(terms, v.disk_gb, idle_hours),
         storage_line(terms, t.disk_gb, t.nodes, t.hours),
         transfer_line(terms, t.import_gb * others, "ingress") if others else None,
         transfer_line(terms, t.out_gb, "egress")])
@@ -1141,46 +1145,52 @@ class PriceColumns:
             floor[row] = np.fmin(floor[row], min(p / h for h, p in blocks))
         self.floor_per_hour = floor
 
-    def single(self, rows: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-        """The cheapest single price option alone for `seconds` of running time (per node)."""
+    def _covers(self, rows: np.ndarray, s: np.ndarray, floor: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(cheapest single option alone, lower bound on any cover or None) for `s` seconds, per node.
+
+        Lower: a cover either meters all the time, or buys at least one block b and covers the
+        rest at no better than `floor` (the cheapest rate per second) -- min(metered, min_b
+        price_b + floor x (s - len_b)+) -- much tighter than floor x s when the run is shorter
+        than a block (a month bought for a 100 h job costs the month).
+        """
         t = self.t
-        s = seconds.astype(np.float64)
         g, mn = t.granularity_s[rows], t.minimum_s[rows]
-        billed = np.where(seconds > 0, np.maximum(mn, np.ceil(s / g) * g), 0.0)
-        cost = self.hourly[rows] * billed / SECONDS_PER_HOUR
+        metered = self.hourly[rows] * np.maximum(mn, np.ceil(s / g) * g) / SECONDS_PER_HOUR  # NaN: no hourly
+        single, lo = metered, metered
         for price, length in ((self.day[rows], 86400.0), (self.week[rows], 604800.0),
                               (self.month[rows], t.month_hours[rows] * 3600.0)):
-            cost = np.fmin(cost, np.ceil(s / length) * price)
+            single = np.fmin(single, np.ceil(s / length) * price)
+            if floor is not None:
+                lo = np.fmin(lo, price + floor * np.maximum(0.0, s - length))
         if self.terms:
+            single, lo = single.copy(), lo.copy()
             for i in np.flatnonzero(np.isin(rows, list(self.terms))):
                 for hours, price in self.terms[int(rows[i])]:
-                    cost[i] = np.fmin(cost[i], np.ceil(s[i] / (hours * 3600)) * price)
+                    single[i] = np.fmin(single[i], np.ceil(s[i] / (hours * 3600)) * price)
+                    if floor is not None:
+                        lo[i] = np.fmin(lo[i], price + floor[i] * max(0.0, s[i] - hours * 3600))
+        return single, (None if floor is None else lo)
+
+    def single(self, rows: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """The cheapest single price option alone for `seconds` of running time (per node)."""
+        cost, _ = self._covers(rows, seconds.astype(np.float64), None)
         return np.where(seconds > 0, cost, 0.0)
 
     def compute_bounds(self, rows: np.ndarray, seconds: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bounds on the cheapest cover of `seconds` per node, times `nodes`.
-
-        Lower: a cover either meters all the time, or buys at least one block b and covers the
-        rest at no better than the cheapest rate per second -- min(metered, min_b price_b +
-        floor x (seconds - len_b)+) -- never below floor x seconds, and much tighter when the
-        run is shorter than a block (a month bought for a 100 h job costs the month).
-        """
-        hi = self.single(rows, seconds) * nodes
-        t = self.t
+        """Bounds on the cheapest cover of `seconds` per node, times `nodes` (see `_covers`);
+        the lower one never below floor x seconds, both exact for metered-only offers."""
         s = seconds.astype(np.float64)
         floor = self.floor_per_hour[rows] / SECONDS_PER_HOUR
-        g, mn = t.granularity_s[rows], t.minimum_s[rows]
-        billed = np.where(seconds > 0, np.maximum(mn, np.ceil(s / g) * g), 0.0)
-        lo = self.hourly[rows] * billed / SECONDS_PER_HOUR  # NaN where there is no hourly price
-        for price, length in ((self.day[rows], 86400.0), (self.week[rows], 604800.0),
-                              (self.month[rows], t.month_hours[rows] * 3600.0)):
-            lo = np.fmin(lo, price + floor * np.maximum(0.0, s - length))
-        if self.terms:
-            for i in np.flatnonzero(np.isin(rows, list(self.terms))):
-                for hours, price in self.terms[int(rows[i])]:
-                    lo[i] = np.fmin(lo[i], price + floor[i] * max(0.0, s[i] - hours * 3600))
-        lo = np.where(seconds > 0, np.maximum(lo, floor * s), 0.0)
+        single, lo = self._covers(rows, s, floor)
+        running = seconds > 0
+        hi = np.where(running, single, 0.0) * nodes
+        lo = np.where(running, np.maximum(lo, floor * s), 0.0)  # type: ignore[arg-type]
         return np.where(self.metered_only[rows], hi, lo * nodes), hi
+
+    def rate(self, column: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """A per-unit price column (disk, transfers) of `rows` in the quote currency."""
+        return column[rows] * self.factor[rows]
 
     def disk(self, rows: np.ndarray, gb: float, nodes: np.ndarray | int, hours: np.ndarray,
              rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1208,10 +1218,9 @@ def alone_bounds_arrays(p: PriceColumns, rows: np.ndarray, kind: str, nodes: np.
     running = hours + (out_hours if kind == "validate" and out_hours is not None else 0.0)
     seconds = np.ceil(running * SECONDS_PER_HOUR).astype(np.int64)
     lo, hi = p.compute_bounds(rows, seconds, nodes)
-    rate = lambda col: col[rows] * p.factor[rows]  # noqa: E731
-    disk, u1 = p.disk(rows, disk_gb, nodes, running, rate(t.storage))
-    imp, u2 = p.move(import_gb * nodes, rate(t.ingress))
-    out, u3 = p.move(np.full(len(rows), out_gb), rate(t.egress))
+    disk, u1 = p.disk(rows, disk_gb, nodes, running, p.rate(t.storage, rows))
+    imp, u2 = p.move(import_gb * nodes, p.rate(t.ingress, rows))
+    out, u3 = p.move(np.full(len(rows), out_gb), p.rate(t.egress, rows))
     fixed = disk + imp + out
     lo, hi = p.widen(lo + fixed, hi + fixed)
     return lo, hi, u1 | u2 | u3
@@ -1245,14 +1254,13 @@ def lease_bounds_arrays(p: PriceColumns, rows: np.ndarray, v_hours: np.ndarray, 
     others = nodes - 1
     o_lo, o_hi = p.compute_bounds(rows, st, others)
     lo, hi = lo + o_lo, hi + o_hi
-    rate = lambda col: col[rows] * p.factor[rows]  # noqa: E731
-    storage = rate(t.storage)
-    parts = [p.disk(rows, v_disk, ones, v_hours, storage), p.move(import_gb, rate(t.ingress)),
-             p.disk(rows, t_disk, nodes, t_hours, storage), p.move(import_gb * others, rate(t.ingress)),
-             p.move(np.full(len(rows), out_gb), rate(t.egress))]
+    storage, ingress = p.rate(t.storage, rows), p.rate(t.ingress, rows)
+    parts = [p.disk(rows, v_disk, ones, v_hours, storage), p.move(import_gb, ingress),
+             p.disk(rows, t_disk, nodes, t_hours, storage), p.move(import_gb * others, ingress),
+             p.move(np.full(len(rows), out_gb), p.rate(t.egress, rows))]
     if sg:
         nothing = p.nothing[rows]
-        gap_rate = np.where(full_gap, storage, rate(t.stopped_storage))
+        gap_rate = np.where(full_gap, storage, p.rate(t.stopped_storage, rows))
         cost, unknown = p.disk(rows, v_disk, ones, np.full(len(rows), idle_hours), gap_rate)
         parts.append((np.where(nothing, 0.0, cost), unknown & ~nothing))
     fixed = sum(c for c, _ in parts)

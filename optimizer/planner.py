@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -40,9 +40,11 @@ from rentopt.optimizer.billing import (
     Terms,
     Use,
     alone_bounds_arrays,
-    lease_bounds_arrays,
     cover_notes,
     explain_cover,
+    lease_bounds_arrays,
+    lease_cover_notes,
+    lease_refusal,
     offer_terms,
     price_plan,
     round_money,
@@ -55,7 +57,8 @@ from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, find_layo
 from rentopt.optimizer.hardware import get_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
 from rentopt.optimizer.offer_table import OfferTable
-from rentopt.optimizer.solver import LeaseArrays, TrainArrays, ValidateArrays
+from rentopt.optimizer.solver import Candidate as SolverCandidate
+from rentopt.optimizer.solver import LeaseArrays, PlanInstance, TrainArrays, ValidateArrays, prune_arrays, solve
 from rentopt.optimizer.models import (
     BillingLine,
     GpuSpec,
@@ -492,7 +495,7 @@ class Candidate:
 class Planned:
     """plan_instance's result."""
 
-    instance: Any  # solver.PlanInstance
+    instance: PlanInstance
     candidates: dict[str, Candidate]
     rejected: list[tuple[int, str, str]]  # (offer table row, constraint, reason)
     work: WorkPlan
@@ -540,8 +543,6 @@ class _Planner:
     # -- the first pass --------------------------------------------------------------------------
 
     def build(self) -> Planned:
-        from rentopt.optimizer.solver import prune_arrays
-
         req, work, prep, t = self.req, self.work, self.prep, self.table
         ccy = req.currency
         kinds = (0, 1) if req.spot else (0,)
@@ -896,10 +897,7 @@ class _Planner:
         return Planned(instance, candidates, self.rejected, work, prep, self.closest[1] if self.closest else None,
                        first, self.table)
 
-    def _instance(self, train: list[Candidate], validate: list[Candidate]):  # type: ignore[no-untyped-def]
-        from rentopt.optimizer.solver import Candidate as SolverCandidate
-        from rentopt.optimizer.solver import PlanInstance
-
+    def _instance(self, train: list[Candidate], validate: list[Candidate]) -> PlanInstance:
         req, work = self.req, self.work
         models = {(c.gpu.id, c.signature) for c in validate}
         solver_train = []
@@ -963,11 +961,6 @@ def plan_instance(req: QuoteRequest, offers: Sequence[Offer] | OfferTable, fx: F
     return _Planner(req, table, fx, first_pass).build()
 
 
-def _memory_key(o: Offer, gpu: GpuSpec) -> float | None:
-    """The offer's memory only matters when it exceeds the catalog's (a modded card)."""
-    return round(o.gpu_memory_gb, 1) if o.gpu_memory_gb > gpu.memory_gb * 1.1 else None
-
-
 _RAM_STEPS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 
@@ -1024,8 +1017,6 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     `list_rejected=False` leaves `Quote.rejected` empty and only counts them in
     `rejected_count` (a table without --explain does not need 10,000 rejection records).
     """
-    from rentopt.optimizer.solver import solve
-
     table = offers.table()
     if req.measured_peak_gb is not None and req.measured is None:
         req = replace(req, measured=_peak_scale(req, table, fx))
@@ -1060,8 +1051,6 @@ def _peak_scale(req: QuoteRequest, offers: OfferTable, fx: FxTable) -> MeasuredP
     """The activation scale of a measured peak: on `--measured-on SPEC` when given, else on the
     validation layout the quote prescribes without the measurement (its #1 plan's validation
     stage, or its training stage when the quote has no validation)."""
-    from rentopt.optimizer.solver import solve
-
     validate_setup = req.setup.model_copy(update={"micro_batch": 1})
     if req.measured_on is not None:
         ref = req.measured_on
@@ -1121,8 +1110,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
                      + (f" per node, {t.use.nodes} nodes" if t.use.nodes > 1 else ""))
         notes += cover_notes(t.use.pricing, t.use.hours, ccy, t.use.nodes)
     elif v is not None:
-        billed_gap = idle_h if t.use.terms.stopped_bills == "everything" else Decimal(0)
-        notes += cover_notes(t.use.pricing, v.use.hours + billed_gap + t.use.hours, ccy)
+        notes += lease_cover_notes(v.use, t.use, idle_h)
     if not t.offer.net_down_mbps or not t.offer.net_up_mbps:
         notes.append(f"transfer speed not stated: assumed {DEFAULT_MBPS:g} Mbit/s")
     notes += [f"{t.offer.provider}/{t.offer.offer_id}: {n}" for n in t.notes]
@@ -1209,7 +1197,5 @@ def _idle_reason(bill: PlanBill, v: Candidate, t: Candidate, ccy: str, idle_hour
         return f"idle: stop the instance for the gap ({cost}{unknown}), then train on it (one rental, no re-import)"
     if not same:
         return "idle: destroy the validation instance (training uses another offer) after copying data and checkpoints out"
-    from rentopt.optimizer.billing import lease_refusal
-
     why = lease_refusal(v.use, t.use, idle_hours)
     return "idle: destroy after copying out" + (f" ({why})" if why else ": cheaper than keeping the instance stopped")

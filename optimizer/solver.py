@@ -32,9 +32,11 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
-from decimal import Decimal
+from dataclasses import dataclass, field, replace
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Literal
+
+import numpy as np
 
 from rentopt.optimizer.billing import (
     Bounds,
@@ -44,12 +46,11 @@ from rentopt.optimizer.billing import (
     idle_choice,
     lease_bounds,
     lease_refusal,
+    price_alone,
     price_plan,
     round_money,
     use_bounds,
 )
-import numpy as np
-
 from rentopt.optimizer.errors import NoFeasiblePlan
 
 log = logging.getLogger("rentopt.solver")
@@ -346,6 +347,9 @@ class _Pruned:
     train: list[Candidate]
     leases: dict[tuple[str, str], Bounds]  # (validate id, train id) -> bounds
     dropped: dict[str, int]
+    # exact prices already worked out while pruning, for the search to reuse
+    alone: dict[str, tuple[Decimal, bool]] = field(default_factory=dict)  # use id -> (known total, unknown?)
+    bills: dict[tuple[str, str], PlanBill] = field(default_factory=dict)  # same-instance pair -> its plan
 
 
 def _score(inst: PlanInstance, total: Decimal, t: Candidate) -> Decimal:
@@ -390,9 +394,12 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
     # round two: the exact totals of what survived
     t_idx, v_idx = np.flatnonzero(kept.train), np.flatnonzero(kept.validate)
     p_idx = np.flatnonzero(kept.leases)
-    t_exact = {int(j): _exact(_alone(ts[j].use)) for j in t_idx}
-    v_exact = {int(i): _exact(_alone(vs[i].use)) for i in v_idx}
-    l_exact = {int(k): _exact(_pair_total(inst, vs[pairs[k][0]], ts[pairs[k][1]])) for k in p_idx}
+    alone: dict[str, tuple[Decimal, bool]] = {}
+    bills: dict[tuple[str, str], PlanBill] = {}
+    _alone_totals([ts[j].use for j in t_idx] + [vs[i].use for i in v_idx], alone)
+    t_exact = {int(j): _exact(alone[ts[j].id][0]) for j in t_idx}
+    v_exact = {int(i): _exact(alone[vs[i].id][0]) for i in v_idx}
+    l_exact = {int(k): _exact(_lease_bill(inst, vs[pairs[k][0]], ts[pairs[k][1]], bills).total) for k in p_idx}
     ts2, vs2 = [ts[j] for j in t_idx], [vs[i] for i in v_idx]
     t_pos = {int(j): n for n, j in enumerate(t_idx)}
     v_pos = {int(i): n for n, i in enumerate(v_idx)}
@@ -400,7 +407,7 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
               if pairs[k][0] in v_pos and pairs[k][1] in t_pos]
     l_exact2 = [l_exact[int(k)] for k in p_idx if pairs[k][0] in v_pos and pairs[k][1] in t_pos]
     if not ts2:
-        return _Pruned([], [], {}, dropped)
+        return _Pruned([], [], {}, dropped, alone, bills)
     kept2 = _prune_round(inst, ts2, vs2, pairs2, [t_exact[int(j)] for j in t_idx], [v_exact[int(i)] for i in v_idx],
                          l_exact2, top_k)
     for k, n in kept2.dropped.items():
@@ -408,18 +415,15 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
     leases = {(vs2[i].id, ts2[j].id): Bounds(Decimal(b[0]), Decimal(b[1]), False)
               for (i, j), b, ok in zip(pairs2, l_exact2, kept2.leases) if ok}
     return _Pruned([v for v, ok in zip(vs2, kept2.validate) if ok], [t for t, ok in zip(ts2, kept2.train) if ok],
-                   leases, dropped)
+                   leases, dropped, alone, bills)
 
 
-def _alone(use: Use) -> Decimal:
-    from rentopt.optimizer.billing import price_alone
-
-    return sum((s.cost for s in price_alone(use)), Decimal(0))
-
-
-def _pair_total(inst: PlanInstance, v: Candidate, t: Candidate) -> Decimal:
-    """The total of the plan a same-instance pair gives: billing's idle choice, keep or destroy."""
-    return _pair_bill(inst, v, t).total
+def _lease_bill(inst: PlanInstance, v: Candidate, t: Candidate, bills: dict[tuple[str, str], PlanBill]) -> PlanBill:
+    """The plan a same-instance pair gives (billing's idle choice, keep or destroy), priced once."""
+    key = (v.id, t.id)
+    if key not in bills:
+        bills[key] = _pair_bill(inst, v, t)
+    return bills[key]
 
 
 def _pair_bill(inst: PlanInstance, v: Candidate, t: Candidate) -> PlanBill:
@@ -488,8 +492,7 @@ class _Option:
 
 
 def _alone_totals(uses: Iterable[Use], memo: dict[str, tuple[Decimal, bool]]) -> None:
-    from rentopt.optimizer.billing import price_alone
-
+    """Each use's bill on an instance of its own (known total, unknown charges?), into `memo`."""
     for u in uses:
         if u.id not in memo:
             stages = price_alone(u)
@@ -499,7 +502,7 @@ def _alone_totals(uses: Iterable[Use], memo: dict[str, tuple[Decimal, bool]]) ->
 def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int) -> list[PlanBill]:
     uses = inst.uses
     G = inst.idle_hours
-    alone: dict[str, tuple[Decimal, bool]] = {}
+    alone = p.alone
     _alone_totals((c.use for c in (*p.validate, *p.train)), alone)
     budget = inst.budget
     best: dict[tuple[str, str], _Option] = {}
@@ -514,7 +517,7 @@ def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int) -> list[PlanBill]:
             destroy_ok = _fits(inst, _destroy_wall(v) + G + t.wall)
             v_cost, v_unk = alone[v.id]
             if (v.id, t.id) in p.leases:
-                chosen = _pair_bill(inst, v, t)
+                chosen = _lease_bill(inst, v, t, p.bills)
                 options.append(_Option(_score(inst, chosen.total, t), bool(chosen.unknown), chosen.choice, chosen))
             elif destroy_ok:
                 options.append(_Option(_score(inst, v_cost + t_cost, t), v_unk or t_unk, Choice(v.id, t.id, "destroy")))
@@ -542,7 +545,7 @@ def _cp_sat(inst: PlanInstance, p: _Pruned, top_k: int, time_limit_s: float) -> 
     from ortools.sat.python import cp_model  # only here: quotes that never need it never load it
 
     uses, G = inst.uses, inst.idle_hours
-    alone: dict[str, tuple[Decimal, bool]] = {}
+    alone = p.alone
     _alone_totals((c.use for c in (*p.validate, *p.train)), alone)
     unit = Decimal(1).scaleb(round_money(Decimal(0), inst.currency).as_tuple().exponent)  # type: ignore[arg-type]
 
@@ -553,7 +556,7 @@ def _cp_sat(inst: PlanInstance, p: _Pruned, top_k: int, time_limit_s: float) -> 
     forbid_destroy: set[tuple[str, str]] = set()
     v_by_id, t_by_id = {c.id: c for c in p.validate}, {c.id: c for c in p.train}
     for (vid, tid) in p.leases:
-        chosen = _pair_bill(inst, v_by_id[vid], t_by_id[tid])
+        chosen = _lease_bill(inst, v_by_id[vid], t_by_id[tid], p.bills)
         if chosen.choice.idle != "destroy":
             lease_bills[(vid, tid)] = chosen
             forbid_destroy.add((vid, tid))
@@ -662,8 +665,6 @@ def _days(hours: Decimal, up: bool = False) -> str:
     >>> _days(Decimal(120)), _days(Decimal(175), up=True), _days(Decimal(24))
     ('5 days', '7.3 days', '1 day')
     """
-    from decimal import ROUND_CEILING, ROUND_HALF_UP
-
     days = hours / 24
     if days == days.to_integral_value():
         text = str(int(days))
@@ -673,8 +674,6 @@ def _days(hours: Decimal, up: bool = False) -> str:
 
 
 def _money(amount: Decimal, currency: str, up: bool = False) -> str:
-    from decimal import ROUND_CEILING
-
     if up:
         places = round_money(Decimal(0), currency).as_tuple().exponent
         amount = amount.quantize(Decimal(1).scaleb(places), rounding=ROUND_CEILING)  # type: ignore[arg-type]
@@ -698,8 +697,6 @@ def _fastest_wall(inst: PlanInstance) -> Decimal | None:
 
 def diagnose(inst: PlanInstance) -> list[str]:
     """Why `inst` has no plan: relax the budget and the deadline, and say which one binds."""
-    from dataclasses import replace
-
     if not inst.train:
         return ["no offer is left to train on (every offer was rejected; --explain lists why)"]
     fastest = _fastest_wall(inst)

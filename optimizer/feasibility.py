@@ -250,6 +250,12 @@ def _host_ram(shape: NodeShape) -> float:
     return HOST_RAM_PER_GPU_MEMORY * shape.gpu.memory_gb * shape.gpus_per_node
 
 
+def default_interconnect(gpu: GpuSpec) -> Interconnect:
+    """How GPUs of one node talk when the offer does not say: SXM/OAM parts with NVLink sit on an
+    NVLink/NVSwitch board; every other card talks over PCIe."""
+    return "nvlink" if gpu.form_factor in ("SXM", "OAM") and gpu.has_nvlink else "pcie"
+
+
 def link_class(shape: NodeShape) -> Literal["nvlink", "pcie", "consumer"]:
     if shape.nvlink:
         return "nvlink"
@@ -485,8 +491,7 @@ def classes_that_fit(model: ModelSpec, setup: TrainingSetup, gpus: list[GpuSpec]
         for gpu in gpus:
             if n > gpu.max_gpus_per_node:
                 continue
-            link: Interconnect = "nvlink" if (gpu.has_nvlink and gpu.form_factor in ("SXM", "OAM")) else "pcie"
-            result = find_layout(model, setup, NodeShape(gpu=gpu, gpus_per_node=n, interconnect=link),
+            result = find_layout(model, setup, NodeShape(gpu=gpu, gpus_per_node=n, interconnect=default_interconnect(gpu)),
                                  capabilities=capabilities)
             if isinstance(result, Fit):
                 fits.append(result)

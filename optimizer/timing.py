@@ -28,7 +28,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from rentopt.optimizer.feasibility import PCIE_X16_GBPS
+from rentopt.optimizer.errors import InputError
+from rentopt.optimizer.feasibility import (
+    MIN_FABRIC_GBPS,
+    PCIE_X16_GBPS,
+    Fit,
+    NodeShape,
+    Pins,
+    default_interconnect,
+    find_layout,
+)
 from rentopt.optimizer.memory import NF4_BITS, NF4_DQ_BITS, trainable_params
 from rentopt.optimizer.models import GpuSpec, Layout, ModelSpec, TrainingSetup
 
@@ -216,13 +225,10 @@ def flops_per_token(model: ModelSpec, setup: TrainingSetup, *, recompute: float 
 
 
 def _peak(gpu: GpuSpec, precision: str, *, matmul: bool) -> float:
-    """Dense tensor FLOP/s for the precision that runs. fp8 applies to the linear layers only
-    (Transformer Engine keeps attention in bf16); GPUs without bf16 (V100, T4) run fp16 AMP."""
-    if precision == "fp8" and matmul and gpu.fp8_tflops:
-        return gpu.fp8_tflops * 1e12
-    if precision == "fp32":
-        return (gpu.fp32_tflops or gpu.fp16_tflops or 0.0) * 1e12
-    return (gpu.bf16_tflops or gpu.fp16_tflops or 0.0) * 1e12
+    """Dense tensor FLOP/s for the precision that runs (GpuSpec.dense_tflops: GPUs without bf16,
+    V100 and T4, run fp16 AMP). fp8 applies to the linear layers only (Transformer Engine keeps
+    attention in bf16)."""
+    return gpu.dense_tflops(precision if matmul or precision != "fp8" else "bf16") * 1e12
 
 
 def _hopper_or_newer(gpu: GpuSpec) -> bool:
@@ -237,7 +243,9 @@ def _host_link_gbps(gpu: GpuSpec) -> float:
 def _intra_gbps(layout: Layout, gpu: GpuSpec) -> float:
     """Achievable one-way bus bandwidth between GPUs of a node, GB/s."""
     if layout.link == "nvlink":
-        nominal = (layout.link_gbps or gpu.nvlink_gbps or 600.0) / 2  # link_gbps is bidirectional
+        # link_gbps is bidirectional; 600 GB/s (A100's NVLink 3, NVIDIA A100 datasheet) only for a
+        # user's catalog entry that says NVLink without its bandwidth
+        nominal = (layout.link_gbps or gpu.nvlink_gbps or 600.0) / 2
     else:
         nominal = layout.link_gbps or _host_link_gbps(gpu)
     return nominal * LINK_EFFICIENCY[layout.link]
@@ -257,7 +265,7 @@ def _collective_seconds(size: float, factor: float, group: int, per_node: int, n
     if per_node > 1:
         t = factor * size * (per_node - 1) / per_node / (_intra_gbps(layout, gpu) * 1e9 * link_scale)
     if nodes > 1:
-        fabric = (layout.fabric_gbps or 200.0) / 8 * LINK_EFFICIENCY["fabric"]  # Gb/s per node -> GB/s
+        fabric = (layout.fabric_gbps or MIN_FABRIC_GBPS) / 8 * LINK_EFFICIENCY["fabric"]  # Gb/s per node -> GB/s
         t = max(t, factor * size * (nodes - 1) / nodes / (fabric * 1e9 * link_scale))
     return t
 
@@ -421,10 +429,10 @@ def throughput(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuS
     fast, _ = _rate(model, setup, layout, gpu, params, replace(knobs, link_scale=knobs.link_scale * LINK_RANGE[1]))
     low, high = slow * params.range_low, fast * params.range_high
     n = layout.total_gpus
-    one, _ = _rate(model, setup, layout, gpu, params, knobs, single_gpu=True)
     if n == 1:  # one GPU scales perfectly by definition; offload, if any, is in its rate
         scaling, scaling_range = 1.0, (1.0, 1.0)
     else:
+        one, _ = _rate(model, setup, layout, gpu, params, knobs, single_gpu=True)
         scaling = typical / (n * one)
         scaling_range = (min(scaling, slow / (n * one)), max(scaling, fast / (n * one)))
     model_flops = flops_per_token(model, setup, recompute=0.0)
@@ -474,26 +482,6 @@ def training_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: G
                         tokens_per_second=typical, assumptions=list(tp.notes), throughput=tp)
 
 
-# Memory-bound decoding: each new token reads every weight once; a well-tuned server reaches
-# ~60 % of peak bandwidth (vLLM/TGI-class kernels; a prior, not a measurement).
-DECODE_BANDWIDTH_EFFICIENCY = 0.6
-
-
-def decode_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpec,
-                tokens: float, weight_bytes: float) -> TrainingTime:
-    """Hours to generate `tokens` (inference): memory-bound, one weight read per step per batch."""
-    # Replicas each read their own copy; tensor-parallel GPUs each read a slice: either way the
-    # aggregate rate is GPUs x bandwidth / model bytes per decoding step of `micro_batch` tokens.
-    bandwidth = gpu.memory_bandwidth_gbps * 1e9 * DECODE_BANDWIDTH_EFFICIENCY
-    rate = setup.micro_batch * layout.total_gpus * bandwidth / max(weight_bytes, 1.0)
-    note = (f"decoding is memory-bound: {weight_bytes / 1e9:.1f} GB of weights read per step at "
-            f"{DECODE_BANDWIDTH_EFFICIENCY:.0%} of {gpu.memory_bandwidth_gbps:.0f} GB/s")
-    return TrainingTime(hours_low=tokens / (rate * 1.3) / 3600, hours=tokens / rate / 3600,
-                        hours_high=tokens / (rate * 0.6) / 3600, flops_per_token=flops_per_token(model, setup),
-                        tokens_per_second=rate, assumptions=[note])
-
-
-
 # --- `rentopt estimate --gpu`: the speed model on its own --------------------------------------
 
 
@@ -508,29 +496,20 @@ class LayoutSpeed:
     assumed: tuple[str, ...]
 
 
-def node_link(gpu: GpuSpec) -> str:
-    """How GPUs of one node talk when the offer does not say: SXM/OAM datacenter parts sit on an
-    NVLink/NVSwitch (or Infinity Fabric) board; every other card talks over PCIe."""
-    return "nvlink" if gpu.form_factor in ("SXM", "OAM") and gpu.has_nvlink else "pcie"
-
-
 def layout_speed(model: ModelSpec, setup: TrainingSetup, gpu: GpuSpec, gpus: int, nodes: int = 1,
-                 fabric_gbps: float | None = None, pins: object | None = None) -> LayoutSpeed:
+                 fabric_gbps: float | None = None, pins: Pins | None = None) -> LayoutSpeed:
     """The cheapest layout (feasibility's ladder) of `gpus` x `gpu` over `nodes` nodes and its speed.
 
     Across nodes an InfiniBand fabric of `fabric_gbps` per node is assumed only when given;
     the caller must ask for it (without it feasibility rejects multi-node training).
     """
-    from rentopt.optimizer.errors import InputError
-    from rentopt.optimizer.feasibility import Fit, NodeShape, Pins, find_layout
-
     if nodes < 1 or gpus < nodes or gpus % nodes:
         raise InputError(f"--gpus {gpus} cannot be spread evenly over --nodes {nodes}")
     per_node = gpus // nodes
     if per_node > gpu.max_gpus_per_node:
         raise InputError(f"{gpu.id} comes at most {gpu.max_gpus_per_node} per node; "
                          f"use --nodes to spread {gpus} GPUs")
-    link = node_link(gpu)
+    link = default_interconnect(gpu)
     assumed = [f"{per_node} x {gpu.id} per node talk over "
                + ("NVLink (SXM/OAM board)" if link == "nvlink" else
                   "PCIe without peer-to-peer (GeForce)" if gpu.peer_to_peer_disabled else "PCIe")]
@@ -541,7 +520,7 @@ def layout_speed(model: ModelSpec, setup: TrainingSetup, gpu: GpuSpec, gpus: int
         assumed.append(f"{nodes} nodes joined by InfiniBand at {fabric_gbps:g} Gb/s per node (--fabric-gbps)")
     shape = NodeShape(gpu=gpu, gpus_per_node=per_node, nodes=nodes, interconnect=link,  # type: ignore[arg-type]
                       fabric="infiniband" if nodes > 1 else None, fabric_gbps=fabric_gbps if nodes > 1 else None)
-    found = find_layout(model, setup, shape, pins=pins if isinstance(pins, Pins) else Pins())
+    found = find_layout(model, setup, shape, pins=pins or Pins())
     if not isinstance(found, Fit):
         return LayoutSpeed(None, None, found.reason, tuple(assumed))
     return LayoutSpeed(found.layout, throughput(model, setup, found.layout, gpu), None, tuple(assumed))

@@ -336,7 +336,6 @@ class FxTable:
         `config_path=None` reads the default location (`default_config_path()`) if it exists;
         `histories=None` reads the price store's fetched rates and the shipped ECB file.
         """
-        data = _bundled()
         if histories is None:
             histories = [h for h in (stored_history(), bundled_history()) if h is not None]
         fixed = {BASE: FxRate(currency=BASE, per_usd=Decimal(1), as_of="fixed", source="base currency")}
@@ -351,8 +350,7 @@ class FxTable:
                     f"--fx {raw_code}={value}: give a currency code (not USD) and a positive rate per USD"
                 )
             fixed[code] = FxRate(currency=code, per_usd=rate, as_of="user override", source=f"--fx {code}={rate}")
-        minor = {str(k): int(v) for k, v in data.get("minor_units", {}).items()}
-        return cls(fixed=fixed, histories=tuple(histories), minor_units=minor)
+        return cls(fixed=fixed, histories=tuple(histories), minor_units=dict(_minor_units()))
 
     @property
     def known(self) -> tuple[str, ...]:
@@ -364,11 +362,6 @@ class FxTable:
     def knows(self, code: str) -> bool:
         code = _normalise_code(code)
         return code in self.fixed or any(h.has(code) for h in self.histories)
-
-    @property
-    def rates(self) -> dict[str, FxRate]:
-        """The latest rate of every known currency."""
-        return {code: self.rate(code) for code in self.known}
 
     def rate(self, code: str, on: When = None) -> FxRate:
         """The rate for `code` on the price's day `on` (the latest without one); an InputError

@@ -639,9 +639,10 @@ def activation_scale_for_peak(model: ModelSpec, setup: TrainingSetup, measured_p
     def device(scale: float) -> float:
         return _views(_breakdown(model, setup, scale), setup).device
 
-    floor = device(0.0)
+    before_activations = _views(_breakdown(model, setup, 0.0), setup)
+    floor = before_activations.device
     if target < floor - 0.005 * GB:
-        states = _views(_breakdown(model, setup, 0.0), setup).states
+        states = before_activations.states
         raise InputError(
             f"measured peak {measured_peak_gb:g} GB is below the {floor / GB:.1f} GB that this layout needs before "
             f"any activation ({states / GB:.1f} GB of weights, gradients and optimizer state, known exactly, plus "

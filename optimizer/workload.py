@@ -382,7 +382,8 @@ def _context(cfg: dict[str, Any], where: str, notes: list[str]) -> tuple[int | N
     original = scaling.get("original_max_position_embeddings")
     if isinstance(original, int) and not isinstance(original, bool) and original > 0:
         positions = original  # YaRN configs state the pre-scaling context here
-    notes.append(f"RoPE scaling {kind} x{factor:g} configured: context {positions} -> {int((positions or 0) * factor)}")
+    stretched = f": context {positions} -> {int(positions * factor)}" if positions else " (trained context not stated)"
+    notes.append(f"RoPE scaling {kind} x{factor:g} configured{stretched}")
     return positions, float(factor)
 
 

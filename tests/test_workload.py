@@ -503,6 +503,12 @@ def test_config_json_context_and_rope_scaling_are_read(tmp_path):
                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}}
     spec31 = resolve_model(str(write_config(tmp_path / "c", llama31)))
     assert (spec31.max_positions, spec31.rope_scaling) == (131072, None)
+    # RoPE scaling without any stated context: the note says so instead of "context None -> 0"
+    unstated = {k: v for k, v in LLAMA2_7B_CONFIG.items() if k != "max_position_embeddings"}
+    unstated["rope_scaling"] = {"type": "linear", "factor": 2.0}
+    notes = resolve_model(str(write_config(tmp_path / "e", unstated))).notes
+    [rope] = [n for n in notes if n.startswith("RoPE scaling")]
+    assert rope == "RoPE scaling linear x2 configured (trained context not stated)"
     bad = {**LLAMA2_7B_CONFIG, "max_position_embeddings": "long"}
     with pytest.raises(InputError, match="max_position_embeddings must be a positive whole number"):
         resolve_model(str(write_config(tmp_path / "d", bad)))

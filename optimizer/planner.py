@@ -53,7 +53,7 @@ from rentopt.optimizer.billing import (
 from rentopt.optimizer.catalog import OfferSet
 from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
-from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, find_layout
+from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout
 from rentopt.optimizer.hardware import get_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
 from rentopt.optimizer.offer_table import OfferTable
@@ -339,8 +339,7 @@ def speed_of(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpe
 
 def _reference_shape(ref: Reference) -> NodeShape:
     gpu = get_gpu(ref.gpu)
-    nvlink = gpu.has_nvlink and gpu.form_factor in ("SXM", "OAM")
-    return NodeShape(gpu=gpu, gpus_per_node=ref.gpus, nodes=ref.nodes, interconnect="nvlink" if nvlink else "pcie",
+    return NodeShape(gpu=gpu, gpus_per_node=ref.gpus, nodes=ref.nodes, interconnect=default_interconnect(gpu),
                      fabric="infiniband" if ref.nodes > 1 else None,
                      fabric_gbps=REFERENCE_FABRIC_GBPS if ref.nodes > 1 else None)
 
@@ -556,8 +555,7 @@ class _Planner:
         va = self._validate_arrays(shapes, kinds, usable, tr, import_h) if req.validate_hours is not None else None
         if va is None:
             tr["need"] = np.full(len(tr["row"]), -1, dtype=np.int64)
-        provider_code, _ = _codes(t.provider)
-        gpu_code, _ = _codes(t.gpu)
+        provider_code, gpu_code = (t.category(name)[0].astype(np.int64) for name in ("provider", "gpu"))
         tr["group"] = np.unique(provider_code[tr["row"]] * (int(gpu_code.max(initial=0)) + 1) + gpu_code[tr["row"]],
                                 return_inverse=True)[1].astype(np.int64) if len(tr["row"]) else np.zeros(0, np.int64)
         keep_t = np.ones(len(tr["row"]), dtype=bool)
@@ -596,7 +594,7 @@ class _Planner:
         has = np.zeros(t.n, dtype=bool)
         for k in kinds:
             has |= t.has_kind(k)
-        gpu_code, gpus = _codes(t.gpu)
+        gpu_code, gpus = t.category("gpu")
         known = np.array([g is not None for g in gpus], dtype=bool)[gpu_code] if t.n else np.zeros(0, bool)
         for r in np.flatnonzero(~known):
             self.rejected.append((int(r), "gpu", f"GPU {t.gpu_raw[r]!r} is {t.gpu_status[r]} in the catalog: its "
@@ -628,13 +626,14 @@ class _Planner:
         rows = np.flatnonzero(usable)
         if not len(rows):
             return {}
-        gpu_code, gpu_ids = _codes(t.gpu)
+        gpu_code, gpu_ids = t.category("gpu")
         catalog_memory = np.array([get_gpu(g).memory_gb if g else 0.0 for g in gpu_ids])[gpu_code]  # type: ignore[arg-type]
         memory = t.gpu_memory_gb
         modded = np.where(memory > catalog_memory * 1.1, np.round(memory, 1), -1.0)
-        parts = [gpu_code, t.gpus, _codes(t.interconnect)[0], _codes(t.fabric)[0],
+        ram_step = _ram_keys(t.host_ram_gb)
+        parts = [gpu_code, t.gpus, t.category("interconnect")[0], t.category("fabric")[0],
                  _float_codes(np.nan_to_num(t.fabric_gbps, nan=-1.0)), _float_codes(modded),
-                 _float_codes(np.nan_to_num(_ram_keys(t.host_ram_gb), nan=-1.0))]
+                 _float_codes(np.nan_to_num(ram_step, nan=-1.0))]
         key = np.zeros(t.n, dtype=np.int64)
         for part in parts:  # one integer per shape (mixed radix over the coded columns)
             key = key * (int(part.max()) + 1 if len(part) else 1) + part
@@ -646,11 +645,12 @@ class _Planner:
             r = int(rows[head])
             spec = get_gpu(t.gpu[r])  # type: ignore[arg-type]
             mem = float(t.gpu_memory_gb[r])
-            key = (spec.id, int(t.gpus[r]), t.interconnect[r], t.fabric[r], _nan_none(t.fabric_gbps[r]),
-                   round(mem, 1) if mem > spec.memory_gb * 1.1 else None, _ram_key(_nan_none(t.host_ram_gb[r])))
-            shape = NodeShape(gpu=spec, gpus_per_node=key[1], nodes=1, interconnect=key[2], fabric=key[3],  # type: ignore[arg-type]
-                              fabric_gbps=key[4], memory_gb=key[5] or spec.memory_gb, host_ram_gb=key[6])
-            out[key] = (spec, shape, np.sort(members))
+            shape_key = (spec.id, int(t.gpus[r]), t.interconnect[r], t.fabric[r], _nan_none(t.fabric_gbps[r]),
+                         round(mem, 1) if mem > spec.memory_gb * 1.1 else None, _nan_none(ram_step[r]))
+            shape = NodeShape(gpu=spec, gpus_per_node=shape_key[1], nodes=1, interconnect=shape_key[2],  # type: ignore[arg-type]
+                              fabric=shape_key[3], fabric_gbps=shape_key[4], memory_gb=shape_key[5] or spec.memory_gb,
+                              host_ram_gb=shape_key[6])
+            out[shape_key] = (spec, shape, np.sort(members))
         return out
 
     def _fx_factors(self) -> np.ndarray:
@@ -664,8 +664,10 @@ class _Planner:
         req, work, t = self.req, self.work, self.table
         cols: dict[str, list[np.ndarray]] = {k: [] for k in ("row", "nodes", "kind", "hours", "wall", "low", "tokens", "fit")}
         self.fit_list: list[tuple[Fit, GpuSpec, Speed, tuple]] = []
-        spot_factor = np.array([float(_spot_factor(p, req.checkpoint_every_hours)[0]) for p in t.provider]) \
-            if req.spot else None
+        spot_factor = None
+        if req.spot:  # per provider, not per row
+            codes, providers = t.category("provider")
+            spot_factor = np.array([float(_spot_factor(p, req.checkpoint_every_hours)[0]) for p in providers])[codes]
         has = {k: t.has_kind(k) for k in kinds}
         max_nodes = min(req.gpu_filter.max_nodes, MAX_NODES)
         for key, (gpu, shape, rows) in shapes.items():
@@ -965,7 +967,8 @@ _RAM_STEPS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 153
 
 
 def _ram_keys(gb: np.ndarray) -> np.ndarray:
-    """_ram_key over an array (NaN stays NaN).
+    """Host RAM rounded DOWN to a step, so offers share layouts without overstating memory
+    (NaN, unstated, stays NaN; below the smallest step stays as it is).
 
     >>> _ram_keys(np.array([200.0, np.nan, 7.0])).tolist()[0::2]
     [192.0, 7.0]
@@ -973,18 +976,6 @@ def _ram_keys(gb: np.ndarray) -> np.ndarray:
     steps = np.array(_RAM_STEPS, dtype=np.float64)
     at = np.searchsorted(steps, gb, side="right") - 1
     return np.where(np.isnan(gb), np.nan, np.where(at >= 0, steps[np.clip(at, 0, None)], gb))
-
-
-def _ram_key(gb: float | None) -> float | None:
-    """Host RAM rounded DOWN to a step, so offers share layouts without overstating memory.
-
-    >>> _ram_key(200), _ram_key(None), _ram_key(7)
-    (192, None, 7)
-    """
-    if gb is None:
-        return None
-    steps = [s for s in _RAM_STEPS if s <= gb]
-    return steps[-1] if steps else gb
 
 
 # --------------------------------------------------------------------------------------------

@@ -73,23 +73,25 @@ def phases(path: str, env: dict[str, str]) -> str:
 
 def run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[float, int, int]:
     """(wall seconds, peak RSS in KB, exit status) of one child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = start + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() > deadline:
-            proc.kill()
-            pid, status, usage = os.wait4(proc.pid, 0)
-            return float("inf"), usage.ru_maxrss, -9
-        time.sleep(0.002)
-    wall = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    if code not in (0, 3):
-        err = proc.stderr.read().decode() if proc.stderr else ""
-        raise SystemExit(f"{' '.join(argv[-8:])} failed ({code}): {err.strip()[-500:]}")
+    with tempfile.TemporaryFile() as err:  # not a pipe: a chatty child must never block on a full one
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = start + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                return float("inf"), usage.ru_maxrss, -9
+            time.sleep(0.002)
+        wall = time.perf_counter() - start
+        code = os.waitstatus_to_exitcode(status)
+        if code not in (0, 3):
+            err.seek(0)
+            raise SystemExit(f"{' '.join(argv[-8:])} failed ({code}): "
+                             f"{err.read().decode(errors='replace').strip()[-500:]}")
     return wall, usage.ru_maxrss, code
 
 

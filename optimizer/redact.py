@@ -1,8 +1,8 @@
 """Keeping API keys out of text: error messages, logs, and anything written to the store.
 
 Three layers: `redact(text, secrets)` replaces known secret values; `scrub_url_secrets` blanks
-the values of query parameters named like credentials (`?api_key=...`, `&token=...`), which
-catches a key we were never told about; and `RedactingFilter`, on every log handler the CLI
+the values of query parameters named like credentials (`?api_key=...`, `&token=...`) and the
+user name and password of a URL (`https://bob:pw@host`), which catches a key we were never told about; and `RedactingFilter`, on every log handler the CLI
 installs and on the loggers of rentopt and httpx, applies both to every log record, because
 httpx logs each request's full URL at INFO.
 """
@@ -27,6 +27,9 @@ _QUERY_SECRET = re.compile(
     r"(?i)([?&;](?:api[_-]?key|apikey|key|token|access[_-]?token|secret|client[_-]?secret|password|signature|sig)=)"
     r"[^&#\s\"']+"
 )
+# The userinfo of a URL (RFC 3986 section 3.2.1), up to its last "@" before the path: a password
+# may hold an unescaped "@" that urllib still reads as part of it.
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]+@")
 
 # Values learnt at run time: an OAuth access token, a third-party plugin's key.
 _runtime_secrets: set[str] = set()
@@ -47,12 +50,14 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
 
 
 def scrub_url_secrets(text: str) -> str:
-    """Blank credential-like query parameters in any URL inside `text`.
+    """Blank credential-like query parameters and the user:password of any URL inside `text`.
 
     >>> scrub_url_secrets("GET https://api.example/v1/x?api_key=s3cr3t&limit=5")
     'GET https://api.example/v1/x?api_key=***&limit=5'
+    >>> scrub_url_secrets("https://bob:p@ss@mirror.example/api?q=1")
+    'https://***@mirror.example/api?q=1'
     """
-    return _QUERY_SECRET.sub(r"\1***", text)
+    return _URL_USERINFO.sub(r"\1***@", _QUERY_SECRET.sub(r"\1***", text))
 
 
 def remember_secret(value: str | None) -> None:
@@ -94,13 +99,25 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-# Loggers whose records may carry a URL or a key: rentopt's own and the HTTP stack's.
-REDACTED_LOGGERS = ("rentopt", "rentopt.providers", "httpx", "httpcore")
+# The HTTP stack's loggers, which log each request's full URL. A logger's filter sees only the
+# records made on that very logger, never its children's, so each one is named.
+HTTP_LOGGERS = ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy",
+                "httpcore.socks")
+
+
+def _add_filter(logger: logging.Logger) -> logging.Logger:
+    if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+        logger.addFilter(RedactingFilter())
+    return logger
+
+
+def redacted_logger(name: str) -> logging.Logger:
+    """The logger `name` with a RedactingFilter on it: every rentopt module logs through one, so
+    its records are scrubbed whatever handler a program that imports rentopt installs."""
+    return _add_filter(logging.getLogger(name))
 
 
 def install_logger_filters() -> None:
-    """Put one RedactingFilter on each logger in REDACTED_LOGGERS (idempotent)."""
-    for name in REDACTED_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, RedactingFilter) for f in logger.filters):
-            logger.addFilter(RedactingFilter())
+    """Put one RedactingFilter on each of the HTTP stack's loggers (idempotent)."""
+    for name in HTTP_LOGGERS:
+        _add_filter(logging.getLogger(name))

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rentopt.optimizer.errors import InputError
+from rentopt.optimizer.redact import scrub_url_secrets
 
 PREFIX = "RENTOPT_"
 BASE_URL_SUFFIX = "_BASE_URL"
@@ -279,7 +280,7 @@ def _parse(items: tuple[tuple[str, str], ...]) -> Settings:
             try:
                 base_urls[var] = _http_url(value)
             except ValueError as exc:
-                raise SettingsError(f"{var}={value!r}: {exc}; give {HINTS['base_urls']}") from None
+                raise SettingsError(f"{var}={scrub_url_secrets(value)!r}: {exc}; give {HINTS['base_urls']}") from None
     values["base_urls"] = base_urls
     try:
         return Settings.model_validate(values)
@@ -288,4 +289,4 @@ def _parse(items: tuple[tuple[str, str], ...]) -> Settings:
         field_name = str(err["loc"][0]) if err.get("loc") else ""
         var = ENV.get(field_name, field_name)
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        raise SettingsError(f"{var}={env.get(var, '')!r}: {message}; give {HINTS.get(field_name, 'a valid value')}") from None
+        raise SettingsError(f"{var}={scrub_url_secrets(env.get(var, ''))!r}: {message}; give {HINTS.get(field_name, 'a valid value')}") from None

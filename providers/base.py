@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
-import logging
 import os
 import random
 import re
@@ -48,12 +47,18 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rentopt.optimizer.errors import InputError, ProviderError, ProviderSchemaError
 from rentopt.optimizer.models import Offer, PriceOption
-from rentopt.optimizer.redact import redact, remember_secret, scrub_url_secrets
+from rentopt.optimizer.redact import (
+    install_logger_filters,
+    redact,
+    redacted_logger,
+    remember_secret,
+    scrub_url_secrets,
+)
 from rentopt.optimizer.sanity import PriceBands
 from rentopt.optimizer.settings import settings as current_settings
 
 ENTRY_POINT_GROUP = "rentopt.providers"
-log = logging.getLogger("rentopt.providers")
+log = redacted_logger("rentopt.providers")
 
 
 class BillingRules(BaseModel):
@@ -214,10 +219,24 @@ def _origin(url: str) -> tuple[str, str]:
     return parts.scheme.lower(), parts.netloc.lower()
 
 
+def _strings(value: Any) -> list[str]:
+    """Every text inside a request part (nested dicts, lists, bytes), keys and values both."""
+    if value is None:
+        return []
+    if isinstance(value, (bytes, bytearray)):
+        return [bytes(value).decode("utf-8", "replace")]
+    if isinstance(value, dict):
+        return [text for k, v in value.items() for text in (*_strings(k), *_strings(v))]
+    if isinstance(value, (list, tuple, set)):
+        return [text for item in value for text in _strings(item)]
+    return [str(value)]
+
+
 def _where(url: str) -> str:
-    """A URL without its query, for messages (a query may hold a key)."""
+    """A URL without its query or user:password, for messages and sources (either may hold a key)."""
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}{parts.path}"
 
 
 @dataclass
@@ -246,6 +265,7 @@ class FetchContext:
         for secret in self._secrets:
             remember_secret(secret)
         self._bands = PriceBands()
+        install_logger_filters()  # httpx logs each full URL, for a library caller's handlers too
 
     # -- errors ---------------------------------------------------------------------------
 
@@ -327,9 +347,11 @@ class FetchContext:
             return True
         if not self._secrets:
             return False
-        body = kwargs.get("json", kwargs.get("content", kwargs.get("data", kwargs.get("params"))))
-        text = " ".join([url, *headers.values(), json.dumps(body, default=str) if body is not None else ""])
-        return any(secret in text for secret in self._secrets)
+        # Every part a request can carry a value in: a POST may send a JSON body and a query both.
+        texts = [url, *headers.values()]
+        for part in ("json", "content", "data", "params", "files"):
+            texts.extend(_strings(kwargs.get(part)))
+        return any(secret in text for text in texts for secret in self._secrets)
 
     async def _send(self, method: str, url: str, headers: dict[str, str], kwargs: dict[str, Any]) -> httpx.Response:
         """One hop, with retries: a 2xx or 3xx response, or ProviderError."""

@@ -89,3 +89,13 @@ def test_the_http_settings_come_from_the_model(monkeypatch):
     monkeypatch.setenv("RENTOPT_REFRESH_BUDGET", "45")
     s = HttpSettings.from_env()
     assert (s.timeout_s, s.retries, s.budget_s) == (3.0, 1, 45.0)
+
+
+@pytest.mark.parametrize("var", ["RENTOPT_ACME_BASE_URL", "RENTOPT_SKYPILOT_CATALOG", "RENTOPT_AWS_SPOT_URL"])
+def test_a_refused_url_with_a_password_never_echoes_the_password(monkeypatch, var):
+    monkeypatch.setenv(var, "https://bob:hunter2-PW@mirror.example/api?api_key=sk-QUERY-KEY")
+    with pytest.raises(SettingsError) as err:
+        settings()
+    message = str(err.value)
+    assert "credentials in a URL" in message and "mirror.example/api" in message
+    assert "hunter2-PW" not in message and "bob" not in message and "sk-QUERY-KEY" not in message

@@ -133,3 +133,36 @@ def test_a_truncated_recorded_body_rejects_the_response(provider, cut):
     assert outcome.status == "failed" and outcome.offers is None
     expected = "cut short" if provider.name == "skypilot" else "not valid JSON"
     assert expected in outcome.error, outcome.error
+
+
+def test_a_url_in_a_message_or_source_keeps_neither_its_query_nor_its_user_and_password():
+    from rentopt.providers.base import _where
+    assert _where("https://bob:p@ss@mirror.example:8443/v1/x?api_key=k") == "https://mirror.example:8443/v1/x"
+    assert _where("https://api.example/v1/x") == "https://api.example/v1/x"
+
+
+@pytest.mark.parametrize("parts", [
+    {"json": {"page": 1}, "params": {"api_key": "sk-IN-QUERY-1"}},
+    {"content": b"page=1", "data": {"token": "sk-IN-QUERY-1"}},
+    {"json": {"auth": [{"key": "sk-IN-QUERY-1"}]}},
+])
+def test_a_credential_in_any_part_of_a_request_stops_a_redirect_to_another_host(monkeypatch, parts):
+    import asyncio
+
+    from rentopt.providers.vast import VastProvider
+    from tests.providers.helpers import TLS
+
+    monkeypatch.setenv("VAST_API_KEY", "sk-IN-QUERY-1")
+
+    async def post():
+        async with httpx.AsyncClient(verify=TLS) as client:
+            ctx = FetchContext(VastProvider(), client, FAST)
+            await ctx.request("POST", "https://console.vast.ai/api/v0/moved/", auth=False, **parts)
+
+    with respx.mock(assert_all_called=False) as router:
+        router.post("https://console.vast.ai/api/v0/moved/").respond(
+            307, headers={"Location": "https://elsewhere.example/take"})
+        other = router.post("https://elsewhere.example/take").respond(200, json={})
+        with pytest.raises(Exception, match="refused a redirect") as err:
+            asyncio.run(post())
+    assert not other.called and "sk-IN-QUERY-1" not in str(err.value)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import bisect
 import io
 import itertools
-import logging
 import re
 import tomllib
 import zipfile
@@ -45,8 +44,9 @@ from typing import Any, Union
 from rentopt.optimizer.errors import InputError
 from rentopt.optimizer.models import FxRate
 from rentopt.optimizer.paths import rentopt_home
+from rentopt.optimizer.redact import redacted_logger
 
-log = logging.getLogger("rentopt.currency")
+log = redacted_logger("rentopt.currency")
 
 BASE = "USD"
 ECB_BASE = "EUR"

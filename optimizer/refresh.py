@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -28,12 +27,12 @@ from typing import IO, Literal
 
 from rentopt.optimizer.errors import FileSystemError, StoreError
 from rentopt.optimizer.paths import ensure_home, fs_error, rentopt_home
-from rentopt.optimizer.redact import known_secrets
+from rentopt.optimizer.redact import known_secrets, redacted_logger
 from rentopt.optimizer.store import open_readonly, open_writable, store_path
 
 LOCK_FILENAME = "refresh.lock"
 Progress = Callable[[str], None]
-log = logging.getLogger("rentopt.refresh")
+log = redacted_logger("rentopt.refresh")
 
 # Exit statuses of `rentopt refresh` (README "rentopt refresh"); 2 and 4 come from the CLI's
 # error handling (InputError, FileSystemError/StoreError).

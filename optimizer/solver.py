@@ -29,7 +29,6 @@ checks all of this against an exhaustive search written independently.
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -52,8 +51,9 @@ from rentopt.optimizer.billing import (
     use_bounds,
 )
 from rentopt.optimizer.errors import NoFeasiblePlan
+from rentopt.optimizer.redact import redacted_logger
 
-log = logging.getLogger("rentopt.solver")
+log = redacted_logger("rentopt.solver")
 
 # Pairs (validation x training) up to which the pruned instance is enumerated; above, CP-SAT.
 ENUMERATION_LIMIT = 4000

@@ -16,15 +16,15 @@ GPUs for rent at the host's price). Facts this module relies on (provider-apis.m
 
 from __future__ import annotations
 
-import logging
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 from rentopt.optimizer.hardware import get_gpu, memory_matches
 from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
 from rentopt.providers.base import BillingRules, FetchContext, Provider, to_amount, to_decimal
+from rentopt.optimizer.redact import redacted_logger
 
-log = logging.getLogger("rentopt.providers")
+log = redacted_logger("rentopt.providers")
 
 # Disk size (GB) the search prices each ask with. The CLI's default (vast-ai/vast-python vast.py,
 # `search__offers`); it only shifts dph_total, which we undo to get the compute-only price.

@@ -124,3 +124,36 @@ def test_credential_like_query_parameters_are_scrubbed_even_unknown():
     text = "GET https://x.example/v1?limit=5&api_key=abc&Signature=zz&next=1 and https://y/?access_token=t0k"
     assert scrub_url_secrets(text) == ("GET https://x.example/v1?limit=5&api_key=***&Signature=***&next=1 and "
                                        "https://y/?access_token=***")
+
+
+@pytest.mark.parametrize("name", ["rentopt.refresh", "rentopt.currency", "rentopt.solver", "rentopt.providers",
+                                  "httpx", "httpcore.http11", "httpcore.connection"])
+def test_a_program_importing_rentopt_gets_scrubbed_records_from_every_logger_that_may_carry_a_url(
+        monkeypatch, name):
+    """No CLI: a library caller's own handler on the root logger, the loggers rentopt and httpx use."""
+    import rentopt.optimizer.currency
+    import rentopt.optimizer.refresh
+    import rentopt.optimizer.solver  # noqa: F401
+
+    monkeypatch.setenv("SOME_API_KEY", SECRET)
+    base.FetchContext(KeyInQuery(), client=None)  # type: ignore[arg-type]  # a fetch starting
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Collect(level=logging.DEBUG)
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    logger = logging.getLogger(name)
+    old_logger_level, logger.level = logger.level, logging.DEBUG
+    try:
+        logger.info("GET %s with %s", f"https://h.example/v1?api_key={SECRET}&page=2", SECRET)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        logger.setLevel(old_logger_level)
+    assert seen == ["GET https://h.example/v1?api_key=***&page=2 with ***"]

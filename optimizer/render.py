@@ -201,7 +201,7 @@ def number(d: Decimal, places: int = 2) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def _cost(amount: Decimal, unknown: Sequence[str], currency: str) -> str:
+def cost_text(amount: Decimal, unknown: Sequence[str], currency: str) -> str:
     """A stage or plan amount: the known part, and 'unknown' for what has no published price."""
     if not unknown:
         return money(amount, currency)
@@ -225,7 +225,7 @@ def _plan_rows(plan: Plan) -> list[list[str]]:
         gpus = f"{st.gpus} x {st.gpu}" if st.gpus else st.gpu
         run = " ".join(x for x in (st.precision, st.attention) if x) or "-"
         rows.append([st.kind, where, gpus, st.layout, run, number(st.hours), _bill_text(st),
-                     _cost(st.cost, st.unknown_charges, plan.currency)])
+                     cost_text(st.cost, st.unknown_charges, plan.currency)])
     return rows
 
 
@@ -243,7 +243,7 @@ def _tokens(value: float | Decimal) -> str:
 
 def plan_headline(plan: Plan) -> str:
     """What a plan costs and does, on one line: total, finish time, tokens/s, cost per B tokens."""
-    parts = [f"#{plan.rank}  total {_cost(plan.total, plan.unknown_charges, plan.currency)}"]
+    parts = [f"#{plan.rank}  total {cost_text(plan.total, plan.unknown_charges, plan.currency)}"]
     if plan.total_low is not None and plan.total_high is not None:
         parts[0] += f" ({money(plan.total_low, plan.currency)}-{money(plan.total_high, plan.currency)})"
     if plan.hours is not None:
@@ -267,7 +267,7 @@ def _line_items(plan: Plan) -> str:
     out = []
     for k in ("compute", "storage_running", "storage_stopped", "egress", "ingress"):
         amount = getattr(plan.line_items, k)
-        out.append(f"{k.replace('_', ' ')} {_cost(amount, [k] if k in unknown_kinds else [], plan.currency)}")
+        out.append(f"{k.replace('_', ' ')} {cost_text(amount, [k] if k in unknown_kinds else [], plan.currency)}")
     return ", ".join(out)
 
 
@@ -341,9 +341,9 @@ def quote_markdown(quote: Quote, now: datetime | None = None, job: str = "") -> 
         unknown_kinds = _unknown_kinds(plan)
         out += ["", "| line item | amount |", "|---|---:|"]
         for k in ("compute", "storage_running", "storage_stopped", "egress", "ingress"):
-            cell = _cost(getattr(li, k), [k] if k in unknown_kinds else [], plan.currency)
+            cell = cost_text(getattr(li, k), [k] if k in unknown_kinds else [], plan.currency)
             out.append(f"| {k.replace('_', ' ')} | {cell} |")
-        out.append(f"| **total** | **{_md(_cost(plan.total, plan.unknown_charges, plan.currency))}** |")
+        out.append(f"| **total** | **{_md(cost_text(plan.total, plan.unknown_charges, plan.currency))}** |")
         extra = list(plan.notes)
         if plan.idle_alternative:
             extra.insert(0, f"alternative for the gap: {plan.idle_alternative}")

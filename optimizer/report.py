@@ -42,7 +42,7 @@ from rentopt.optimizer.models import FxRate, GpuSpec, ModelSpec, Offer, Origin, 
 from rentopt.optimizer.offers_io import UNIT_ORDER, age_words, hour_price
 from rentopt.optimizer.offers_io import money as unit_price
 from rentopt.optimizer.planner import QuoteRequest, build_quote
-from rentopt.optimizer.render import money, number
+from rentopt.optimizer.render import cost_text, money, number
 from rentopt.optimizer.text import escape_html as esc
 from rentopt.optimizer.text import escape_markdown as md
 from rentopt.optimizer.workload import resolve_model
@@ -526,7 +526,9 @@ def price_workload(workload: Workload, offers: OfferSet, providers: Sequence[str
             rows.append(JobRow(p, None, short_reason(exc)))
             continue
         rows.append(JobRow(p, quote.plans[0]))
-    rows.sort(key=lambda r: (r.plan is None, r.plan.total if r.plan else 0, r.provider))
+    # As the quote ranks: the known total, and a fully priced plan before one with unknown charges.
+    rows.sort(key=lambda r: (r.plan is None, r.plan.total if r.plan else 0, bool(r.plan and r.plan.unknown_charges),
+                             r.provider))
     return WorkloadJobs(workload, rows)
 
 
@@ -706,7 +708,18 @@ def _fx_lines(report: Report) -> list[str]:
 
 
 def _line_item_total(plan: Plan, key: str) -> Decimal:
+    """The known part of one line item; `_unknown_items` says which items have an unknown part."""
     return getattr(plan.line_items, key)
+
+
+def _unknown_items(plan: Plan) -> set[str]:
+    """The line items with a charge whose price is unknown (so not in the known amount)."""
+    return {line.what for st in plan.stages for line in st.billing if line.cost is None}
+
+
+def _line_item_text(plan: Plan, key: str, ccy: str) -> str:
+    known = f"{round_money(_line_item_total(plan, key), ccy):,}"
+    return known + " + unknown" if key in _unknown_items(plan) else known
 
 
 LINE_ITEMS = (("compute", "compute"), ("storage_running", "storage running"), ("storage_stopped", "storage stopped"),
@@ -773,8 +786,8 @@ def job_table(report: Report, jobs: WorkloadJobs) -> Table:
     rows: list[list[object]] = []
     for r in jobs.feasible:
         assert r.plan is not None
-        rows.append([r.provider, money(r.plan.total, ccy),
-                     *(f"{round_money(_line_item_total(r.plan, k), ccy):,}" for k, _ in LINE_ITEMS),
+        rows.append([r.provider, cost_text(r.plan.total, r.plan.unknown_charges, ccy),
+                     *(_line_item_text(r.plan, k, ccy) for k, _ in LINE_ITEMS),
                      _chosen(r), r.train.offer_id if r.train else "-"])
     return Table(["provider", "total", *(f"{label} ({ccy})" for _, label in LINE_ITEMS), "GPUs, layout", "offer"],
                  rows, frozenset({1, 2, 3, 4, 5, 6}))
@@ -942,7 +955,7 @@ def job_chart(report: Report, index: int, jobs: WorkloadJobs) -> str:
         segments = [(float(_line_item_total(r.plan, k)), LINE_ITEM_COLORS[k],
                      f"{label}: {money(_line_item_total(r.plan, k), ccy)}")
                     for k, label in LINE_ITEMS if _line_item_total(r.plan, k) > 0]
-        bars.append(Bar(r.provider, segments, money(r.plan.total, ccy)))
+        bars.append(Bar(r.provider, segments, cost_text(r.plan.total, r.plan.unknown_charges, ccy)))
     legend = [(label, LINE_ITEM_COLORS[k], False) for k, label in LINE_ITEMS]
     return bar_chart(f"chart-job-{index}", f"Whole-job cost: {jobs.workload.label}",
                      f"total job cost ({ccy}), stacked by line item", [("", bars)], legend)
@@ -1093,6 +1106,8 @@ def _job_json(row: JobRow) -> dict:
     t = row.train
     return {"provider": row.provider, "feasible": True, "total": _dec(row.plan.total),
             "line_items": {k: _dec(_line_item_total(row.plan, k)) for k, _ in LINE_ITEMS},
+            "unknown_charges": list(row.plan.unknown_charges),
+            "unknown_line_items": [k for k, _ in LINE_ITEMS if k in _unknown_items(row.plan)],
             "gpu": t.gpu if t else None, "gpus": t.gpus if t else None, "nodes": t.nodes if t else None,
             "layout": t.layout if t else None, "offer_id": t.offer_id if t else None}
 

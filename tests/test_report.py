@@ -242,9 +242,12 @@ def test_every_workload_has_a_total_or_a_reason_per_provider(built):
             rows = md_rows(part, (p,))
             if rows:
                 (row,) = rows
-                assert re.fullmatch(r"[\d,]+\.\d\d USD", row[1]), row
-                items = sum(Decimal(c.replace(",", "")) for c in row[2:7])
-                assert abs(items - Decimal(row[1].removesuffix(" USD").replace(",", ""))) <= Decimal("0.05")
+                # the known part, and "+ unknown" where a charge has no published price (never 0)
+                assert re.fullmatch(r"[\d,]+\.\d\d USD( \+ unknown)?", row[1]), row
+                assert row[1].endswith("+ unknown") == any(c.endswith("+ unknown") for c in row[2:7]), row
+                items = sum(Decimal(c.removesuffix(" + unknown").replace(",", "")) for c in row[2:7])
+                known = Decimal(row[1].removesuffix(" + unknown").removesuffix(" USD").replace(",", ""))
+                assert abs(items - known) <= Decimal("0.05")
             else:
                 assert re.search(rf"^- \*\*{p}\*\*: .+", part, re.M), (label, p)
                 reasons += 1
@@ -617,3 +620,41 @@ def test_history_converts_each_snapshot_at_its_own_days_rate():
     # 1.32 / 6.75133 = 0.195517; 1.32 / 6.65288 = 0.198410: the same CNY price, two USD values.
     assert series[aug].quantize(Decimal("0.000001")) == Decimal("0.195517")
     assert series[nov].quantize(Decimal("0.000001")) == Decimal("0.198410")
+
+
+def test_an_unknown_charge_is_shown_as_unknown_never_as_free_and_ranks_after_a_fully_priced_tie(rentopt_home):
+    """Two providers with the same card, price and disk: 'aaa' publishes no egress price, 'bbb' says
+    egress is free. Their known totals tie; 'aaa' must not read as fully priced or win the tie."""
+    from rentopt.optimizer.catalog import OfferSet, Provenance
+    from rentopt.optimizer.models import Offer, PriceOption
+    from rentopt.optimizer.report import job_table, price_workload
+
+    when = datetime(2026, 11, 30, tzinfo=timezone.utc)
+
+    def offer(provider: str, egress: Decimal | None) -> Offer:
+        return Offer(provider=provider, offer_id=f"{provider}-h100", gpu="H100-SXM-80GB", gpu_raw="H100 SXM", gpus=1,
+                     gpu_memory_gb=80, interconnect="nvlink", price_options=[PriceOption(unit="hour", amount=Decimal("2.00"))],
+                     storage_gb_month=Decimal("0.10"), egress_gb=egress, ingress_gb=Decimal(0), currency="USD", fetched_at=when,
+                     source="hand-made for this test")
+
+    offers = [offer("aaa", None), offer("bbb", Decimal(0))]
+    offer_set = OfferSet(offers=offers, origin="offers-file", prices_as_of=when, label="test",
+                         provenance={p: Provenance(p, when, "hand-made", 1, origin="offers-file") for p in ("aaa", "bbb")})
+    fx = FxTable.load(histories=[ECB_OCT_30])
+    jobs = price_workload(parse_workload("7b qlora 1d"), offer_set, ["aaa", "bbb"], fx, "USD")
+    first, second = jobs.rows
+    assert first.plan.total == second.plan.total  # the known parts tie
+    assert (first.provider, second.provider) == ("bbb", "aaa")
+    assert second.plan.unknown_charges and not first.plan.unknown_charges
+    class Stub:
+        currency = "USD"
+
+    table = job_table(Stub(), jobs)  # type: ignore[arg-type]
+    egress_col = table.headers.index("egress (USD)")
+    aaa = next(row for row in table.rows if row[0] == "aaa")
+    assert aaa[1].endswith("USD + unknown") and aaa[egress_col] == "0.00 + unknown"
+    bbb = next(row for row in table.rows if row[0] == "bbb")
+    assert "unknown" not in " ".join(map(str, bbb))
+    from rentopt.optimizer.report import _job_json
+    as_json = _job_json(second)
+    assert as_json["unknown_line_items"] == ["egress"] and as_json["unknown_charges"] == second.plan.unknown_charges

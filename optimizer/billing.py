@@ -1145,48 +1145,87 @@ class PriceColumns:
             floor[row] = np.fmin(floor[row], min(p / h for h, p in blocks))
         self.floor_per_hour = floor
 
-    def _covers(self, rows: np.ndarray, s: np.ndarray, floor: np.ndarray | None
-                ) -> tuple[np.ndarray, np.ndarray | None]:
-        """(cheapest single option alone, lower bound on any cover or None) for `s` seconds, per node.
-
-        Lower: a cover either meters all the time, or buys at least one block b and covers the
-        rest at no better than `floor` (the cheapest rate per second) -- min(metered, min_b
-        price_b + floor x (s - len_b)+) -- much tighter than floor x s when the run is shorter
-        than a block (a month bought for a 100 h job costs the month).
-        """
+    def _metered(self, rows: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Metered cost of `s` seconds (granularity and minimum applied; 0 for none; NaN: no hourly price)."""
         t = self.t
         g, mn = t.granularity_s[rows], t.minimum_s[rows]
-        metered = self.hourly[rows] * np.maximum(mn, np.ceil(s / g) * g) / SECONDS_PER_HOUR  # NaN: no hourly
-        single, lo = metered, metered
-        for price, length in ((self.day[rows], 86400.0), (self.week[rows], 604800.0),
-                              (self.month[rows], t.month_hours[rows] * 3600.0)):
-            single = np.fmin(single, np.ceil(s / length) * price)
-            if floor is not None:
-                lo = np.fmin(lo, price + floor * np.maximum(0.0, s - length))
+        return np.where(s > 0, self.hourly[rows] * np.maximum(mn, np.ceil(s / g) * g) / SECONDS_PER_HOUR, 0.0)
+
+    def _blocks(self, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The day, week and month blocks of `rows` as (price, seconds) arrays (price NaN: not sold)."""
+        return [(self.day[rows], np.full(len(rows), 86400.0)), (self.week[rows], np.full(len(rows), 604800.0)),
+                (self.month[rows], self.t.month_hours[rows] * 3600.0)]
+
+    def _single(self, rows: np.ndarray, s: np.ndarray, blocks: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """The cheapest single option alone for `s` seconds (0 for none)."""
+        cost = self._metered(rows, s)
+        for price, length in blocks:
+            cost = np.fmin(cost, np.ceil(s / length) * price)
+        return np.where(s > 0, cost, 0.0)
+
+    def _covers(self, rows: np.ndarray, s: np.ndarray, floor: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(an upper bound, a lower bound or None) on the cheapest cover of `s` seconds, per node.
+
+        Upper: the cheapest of some whole covers -- one option alone; whole copies of one block
+        (or of a longer then a shorter one) with the rest paid by one option alone (1 week and 3
+        days for 240 h where days alone cost more).
+        Lower: a cover meters all the time, or buys exactly one block and meters the rest, or buys
+        at least two blocks b1, b2 and pays for the rest at no better than the cheapest rate per
+        second among the options an optimal cover can use: a block dearer than the upper bound
+        is never in one (a month bought for a 240 h job is dearer than a week and 3 days).
+        """
+        blocks = self._blocks(rows)
+        single = self._single(rows, s, blocks)
+        hi = single
+        for i, (p1, l1) in enumerate(blocks):
+            c1 = np.floor(s / l1)
+            r1 = s - c1 * l1
+            hi = np.fmin(hi, c1 * p1 + self._single(rows, r1, blocks))
+            for p2, l2 in blocks[:i]:  # shorter blocks
+                c2 = np.floor(r1 / l2)
+                hi = np.fmin(hi, c1 * p1 + c2 * p2 + self._single(rows, r1 - c2 * l2, blocks))
+        lo = None
+        if floor is not None:
+            usable = hi * (1 + 1e-9) + self.slack  # a block dearer than this is in no optimal cover
+            rate = self.hourly[rows] / SECONDS_PER_HOUR
+            for price, length in blocks:
+                rate = np.fmin(rate, np.where(price <= usable, price / length, np.nan))
+            rate = np.fmax(np.nan_to_num(rate, nan=np.inf), floor)  # never below the cheapest rate of all
+            lo = self._metered(rows, s)
+            for i, (p1, l1) in enumerate(blocks):
+                lo = np.fmin(lo, p1 + self._metered(rows, s - l1))
+                for p2, l2 in blocks[:i + 1]:
+                    lo = np.fmin(lo, p1 + p2 + rate * np.maximum(0.0, s - l1 - l2))
         if self.terms:
-            single, lo = single.copy(), lo.copy()
+            hi = hi.copy()
+            lo = None if lo is None else lo.copy()
             for i in np.flatnonzero(np.isin(rows, list(self.terms))):
                 for hours, price in self.terms[int(rows[i])]:
-                    single[i] = np.fmin(single[i], np.ceil(s[i] / (hours * 3600)) * price)
-                    if floor is not None:
+                    hi[i] = np.fmin(hi[i], np.ceil(s[i] / (hours * 3600)) * price)
+                    if lo is not None and floor is not None:  # a cover using this term pays it once at least
                         lo[i] = np.fmin(lo[i], price + floor[i] * max(0.0, s[i] - hours * 3600))
-        return single, (None if floor is None else lo)
+        return hi, lo
 
     def single(self, rows: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-        """The cheapest single price option alone for `seconds` of running time (per node)."""
+        """An upper bound on the cheapest cover of `seconds` of running time (per node)."""
         cost, _ = self._covers(rows, seconds.astype(np.float64), None)
         return np.where(seconds > 0, cost, 0.0)
 
     def compute_bounds(self, rows: np.ndarray, seconds: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bounds on the cheapest cover of `seconds` per node, times `nodes` (see `_covers`);
         the lower one never below floor x seconds, both exact for metered-only offers."""
+        lo, hi = self._cover_bounds(rows, seconds)
+        return lo * nodes, hi * nodes
+
+    def _cover_bounds(self, rows: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = seconds.astype(np.float64)
         floor = self.floor_per_hour[rows] / SECONDS_PER_HOUR
         single, lo = self._covers(rows, s, floor)
         running = seconds > 0
-        hi = np.where(running, single, 0.0) * nodes
+        hi = np.where(running, single, 0.0)
         lo = np.where(running, np.maximum(lo, floor * s), 0.0)  # type: ignore[arg-type]
-        return np.where(self.metered_only[rows], hi, lo * nodes), hi
+        return np.where(self.metered_only[rows], hi, lo), hi
 
     def rate(self, column: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """A per-unit price column (disk, transfers) of `rows` in the quote currency."""
@@ -1210,13 +1249,20 @@ class PriceColumns:
         return lo - pad, hi + pad
 
 
+def _array_seconds(hours: np.ndarray) -> np.ndarray:
+    """`seconds_to_cover` over float hours: whole seconds, rounded up. Float error must not add a
+    second (0.05 h + 0.5 h is 1980.0000000000002 s, one granule more at 60 s granularity); exact
+    hours lie on a 1e-6 h grid (0.0036 s), so anything within 1e-6 s of a whole second is that second."""
+    return np.ceil(hours * SECONDS_PER_HOUR - 1e-6).astype(np.int64)
+
+
 def alone_bounds_arrays(p: PriceColumns, rows: np.ndarray, kind: str, nodes: np.ndarray, hours: np.ndarray,
                         disk_gb: float, import_gb: float, out_gb: float,
                         out_hours: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`use_bounds` over many candidates: (lo, hi, unknown) of each stage on its own instance."""
     t = p.t
     running = hours + (out_hours if kind == "validate" and out_hours is not None else 0.0)
-    seconds = np.ceil(running * SECONDS_PER_HOUR).astype(np.int64)
+    seconds = _array_seconds(running)
     lo, hi = p.compute_bounds(rows, seconds, nodes)
     disk, u1 = p.disk(rows, disk_gb, nodes, running, p.rate(t.storage, rows))
     imp, u2 = p.move(import_gb * nodes, p.rate(t.ingress, rows))
@@ -1240,8 +1286,7 @@ def lease_bounds_arrays(p: PriceColumns, rows: np.ndarray, v_hours: np.ndarray, 
     if idle_hours > 0:
         allowed &= ~(stopped_max + 1e-6 < idle_hours)  # NaN (no retention limit) compares False
     allowed &= ~(max_hours + 1e-6 < v_hours + t_hours + idle_hours)
-    sv = np.ceil(v_hours * SECONDS_PER_HOUR).astype(np.int64)
-    st = np.ceil(t_hours * SECONDS_PER_HOUR).astype(np.int64)
+    sv, st = _array_seconds(v_hours), _array_seconds(t_hours)
     sg = int(math.ceil(idle_hours * SECONDS_PER_HOUR))
     full_gap = p.everything[rows]
     one_session = full_gap | (sg == 0)
@@ -1249,7 +1294,10 @@ def lease_bounds_arrays(p: PriceColumns, rows: np.ndarray, v_hours: np.ndarray, 
     whole = sv + st + np.where(full_gap, sg, 0)
     lo_a, hi_a = p.compute_bounds(rows, whole, ones)
     hi_b = p.single(rows, sv) + p.single(rows, st)
-    lo_b = np.where(p.metered_only[rows], hi_b, p.floor_per_hour[rows] * (sv + st) / SECONDS_PER_HOUR)
+    # Two sessions: blocks may span the gap, so they cover the two runs' time together at best
+    # (metered billing is subadditive: one session never bills more than the two); metered-only
+    # offers bill each session exactly.
+    lo_b = np.where(p.metered_only[rows], hi_b, lo_a)  # `whole` is sv + st where the gap is not billed
     lo, hi = np.where(one_session, lo_a, lo_b), np.where(one_session, hi_a, hi_b)
     others = nodes - 1
     o_lo, o_hi = p.compute_bounds(rows, st, others)

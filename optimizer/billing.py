@@ -1118,6 +1118,21 @@ def lease_bounds(v: Use, t: Use, idle_hours: Decimal) -> Bounds | None:
 # includes (tests/test_billing.py checks it against the exact pricer).
 
 
+class _Metered:
+    """Metered cost of seconds for some rows: granularity and minimum applied, 0 for none, NaN
+    where the row has no metered price."""
+
+    def __init__(self, hourly: np.ndarray, granularity: np.ndarray, minimum: np.ndarray):
+        self.hourly, self.granularity, self.minimum = hourly, granularity, minimum
+
+    def __call__(self, s: np.ndarray) -> np.ndarray:
+        g = self.granularity
+        return np.where(s > 0, self.hourly * np.maximum(self.minimum, np.ceil(s / g) * g) / SECONDS_PER_HOUR, 0.0)
+
+    def at(self, index: np.ndarray) -> _Metered:
+        return _Metered(self.hourly[index], self.granularity[index], self.minimum[index])
+
+
 class PriceColumns:
     """One kind of price (on-demand or interruptible) of an OfferTable's rows, in the quote currency.
 
@@ -1145,27 +1160,38 @@ class PriceColumns:
             floor[row] = np.fmin(floor[row], min(p / h for h, p in blocks))
         self.floor_per_hour = floor
 
-    def _metered(self, rows: np.ndarray, s: np.ndarray) -> np.ndarray:
-        """Metered cost of `s` seconds (granularity and minimum applied; 0 for none; NaN: no hourly price)."""
-        t = self.t
-        g, mn = t.granularity_s[rows], t.minimum_s[rows]
-        return np.where(s > 0, self.hourly[rows] * np.maximum(mn, np.ceil(s / g) * g) / SECONDS_PER_HOUR, 0.0)
-
-    def _blocks(self, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The day, week and month blocks of `rows` as (price, seconds) arrays (price NaN: not sold)."""
-        return [(self.day[rows], np.full(len(rows), 86400.0)), (self.week[rows], np.full(len(rows), 604800.0)),
-                (self.month[rows], self.t.month_hours[rows] * 3600.0)]
-
-    def _single(self, rows: np.ndarray, s: np.ndarray, blocks: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        """The cheapest single option alone for `s` seconds (0 for none)."""
-        cost = self._metered(rows, s)
-        for price, length in blocks:
-            cost = np.fmin(cost, np.ceil(s / length) * price)
-        return np.where(s > 0, cost, 0.0)
-
     def _covers(self, rows: np.ndarray, s: np.ndarray, floor: np.ndarray | None
                 ) -> tuple[np.ndarray, np.ndarray | None]:
         """(an upper bound, a lower bound or None) on the cheapest cover of `s` seconds, per node.
+
+        Metered-only rows: both are the metered cost. Rows with blocks (`_block_covers`): the
+        upper one the cheapest of some whole covers, the lower one valid for every cover.
+        """
+        t = self.t
+        metered = _Metered(self.hourly[rows], t.granularity_s[rows], t.minimum_s[rows])
+        hi = metered(s)
+        lo = None if floor is None else hi.copy()
+        blocky = np.flatnonzero(~self.metered_only[rows])
+        if len(blocky):
+            sub = rows[blocky]
+            blocks = [(self.day[sub], np.full(len(sub), 86400.0)), (self.week[sub], np.full(len(sub), 604800.0)),
+                      (self.month[sub], t.month_hours[sub] * 3600.0)]
+            b_hi, b_lo = self._block_covers(metered.at(blocky), blocks, s[blocky],
+                                            None if floor is None else floor[blocky], self.hourly[sub])
+            hi[blocky] = b_hi
+            if lo is not None:
+                lo[blocky] = b_lo
+        if self.terms:
+            for i in np.flatnonzero(np.isin(rows, list(self.terms))):
+                for hours, price in self.terms[int(rows[i])]:
+                    hi[i] = np.fmin(hi[i], np.ceil(s[i] / (hours * 3600)) * price)
+                    if lo is not None and floor is not None:  # a cover using this term pays it once at least
+                        lo[i] = np.fmin(lo[i], price + floor[i] * max(0.0, s[i] - hours * 3600))
+        return hi, lo
+
+    def _block_covers(self, metered: _Metered, blocks: list[tuple[np.ndarray, np.ndarray]], s: np.ndarray,
+                      floor: np.ndarray | None, hourly: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Bounds for rows that sell day, week or month blocks (price NaN: that block is not sold).
 
         Upper: the cheapest of some whole covers -- one option alone; whole copies of one block
         (or of a longer then a shorter one) with the rest paid by one option alone (1 week and 3
@@ -1175,36 +1201,32 @@ class PriceColumns:
         second among the options an optimal cover can use: a block dearer than the upper bound
         is never in one (a month bought for a 240 h job is dearer than a week and 3 days).
         """
-        blocks = self._blocks(rows)
-        single = self._single(rows, s, blocks)
-        hi = single
+        def single(x: np.ndarray) -> np.ndarray:
+            cost = metered(x)
+            for price, length in blocks:
+                cost = np.fmin(cost, np.ceil(x / length) * price)
+            return np.where(x > 0, cost, 0.0)
+
+        hi = single(s)
         for i, (p1, l1) in enumerate(blocks):
             c1 = np.floor(s / l1)
             r1 = s - c1 * l1
-            hi = np.fmin(hi, c1 * p1 + self._single(rows, r1, blocks))
+            hi = np.fmin(hi, c1 * p1 + single(r1))
             for p2, l2 in blocks[:i]:  # shorter blocks
                 c2 = np.floor(r1 / l2)
-                hi = np.fmin(hi, c1 * p1 + c2 * p2 + self._single(rows, r1 - c2 * l2, blocks))
-        lo = None
-        if floor is not None:
-            usable = hi * (1 + 1e-9) + self.slack  # a block dearer than this is in no optimal cover
-            rate = self.hourly[rows] / SECONDS_PER_HOUR
-            for price, length in blocks:
-                rate = np.fmin(rate, np.where(price <= usable, price / length, np.nan))
-            rate = np.fmax(np.nan_to_num(rate, nan=np.inf), floor)  # never below the cheapest rate of all
-            lo = self._metered(rows, s)
-            for i, (p1, l1) in enumerate(blocks):
-                lo = np.fmin(lo, p1 + self._metered(rows, s - l1))
-                for p2, l2 in blocks[:i + 1]:
-                    lo = np.fmin(lo, p1 + p2 + rate * np.maximum(0.0, s - l1 - l2))
-        if self.terms:
-            hi = hi.copy()
-            lo = None if lo is None else lo.copy()
-            for i in np.flatnonzero(np.isin(rows, list(self.terms))):
-                for hours, price in self.terms[int(rows[i])]:
-                    hi[i] = np.fmin(hi[i], np.ceil(s[i] / (hours * 3600)) * price)
-                    if lo is not None and floor is not None:  # a cover using this term pays it once at least
-                        lo[i] = np.fmin(lo[i], price + floor[i] * max(0.0, s[i] - hours * 3600))
+                hi = np.fmin(hi, c1 * p1 + c2 * p2 + single(r1 - c2 * l2))
+        if floor is None:
+            return hi, None
+        usable = hi * (1 + 1e-9) + self.slack  # a block dearer than this is in no optimal cover
+        rate = hourly / SECONDS_PER_HOUR
+        for price, length in blocks:
+            rate = np.fmin(rate, np.where(price <= usable, price / length, np.nan))
+        rate = np.fmax(np.nan_to_num(rate, nan=np.inf), floor)  # never below the cheapest rate of all
+        lo = metered(s)
+        for i, (p1, l1) in enumerate(blocks):
+            lo = np.fmin(lo, p1 + metered(s - l1))
+            for p2, l2 in blocks[:i + 1]:
+                lo = np.fmin(lo, p1 + p2 + rate * np.maximum(0.0, s - l1 - l2))
         return hi, lo
 
     def single(self, rows: np.ndarray, seconds: np.ndarray) -> np.ndarray:

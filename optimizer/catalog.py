@@ -152,14 +152,14 @@ class StoreColumns:
         return loaded
 
     def table(self) -> OfferTable:
-        keys = self.keys()
-
         def resolve(rows: Sequence[int]) -> list[Offer]:
-            wanted = [keys[r] for r in rows]
+            # the keys of the kept rows only (a quote keeps a few hundred of a million)
+            wanted = [(table.provider[r], table.offer_id[r]) for r in rows]
             loaded = self.load(wanted)
             return [loaded[k] for k in wanted]
 
-        return self.part.table(resolve)
+        table = self.part.table(resolve)
+        return table
 
     def oldest(self) -> datetime | None:
         from rentopt.optimizer.offer_table import Const

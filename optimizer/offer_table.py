@@ -200,7 +200,22 @@ class OfferTable:
         if not parts:
             return cls.build(0, {name: [] for name in LIST_COLUMNS})
         starts = np.cumsum([0] + [p.n for p in parts])
-        columns: dict = {name: [v for p in parts for v in getattr(p, name)] for name in LIST_COLUMNS}
+        columns: dict = {}
+        largest = max(parts, key=lambda p: p.n)
+        for name in LIST_COLUMNS:
+            if name in largest._codes:  # categorical in the big part: merge codes, decode once
+                index: dict = {}
+                merged = []
+                for p in parts:
+                    codes, values = p.category(name)
+                    remap = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)
+                    merged.append(remap[codes] if len(values) else np.zeros(0, np.int32))
+                columns[name] = Codes(np.concatenate(merged), list(index))
+            else:
+                joined: list = []
+                for p in parts:
+                    joined.extend(getattr(p, name))
+                columns[name] = joined
         columns.update({name: np.concatenate([getattr(p, name) for p in parts]) for name in ARRAY_COLUMNS})
         prices = {name: np.concatenate([getattr(p, name) for p in parts], axis=1) for name in PRICE_COLUMNS}
         terms = {(k, int(start) + r): v for p, start in zip(parts, starts) for (k, r), v in p.terms.items()}

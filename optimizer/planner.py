@@ -656,9 +656,13 @@ class _Planner:
     def _fx_factors(self) -> np.ndarray:
         """Per row, one unit of its currency in the quote currency at the rate of its price's day."""
         t, ccy = self.table, self.req.currency
-        pair_code, pairs = _codes(list(zip(t.currency, t.fetched_at)))
-        rates = np.array([float(self.fx.convert(Decimal(1), code, ccy, on=when)) for code, when in pairs])
-        return rates[pair_code] if t.n else np.zeros(0)
+        if not t.n:
+            return np.zeros(0)
+        (cur, currencies), (day, days) = t.category("currency"), t.category("fetched_at")
+        pairs, pair_code = np.unique(cur.astype(np.int64) * len(days) + day, return_inverse=True)
+        rates = np.array([float(self.fx.convert(Decimal(1), currencies[int(p) // len(days)], ccy,
+                                                on=days[int(p) % len(days)])) for p in pairs])
+        return rates[pair_code]
 
     def _train_arrays(self, shapes, kinds, usable, import_h, export_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
         req, work, t = self.req, self.work, self.table
@@ -921,19 +925,11 @@ _DEADLINE_EPS = 1e-6
 _BUDGET_EPS = 1e-6
 
 
-def _codes(values: Sequence) -> tuple[np.ndarray, list]:
-    """Each value's code (first-seen order) and the distinct values: a column coded once.
-
-    >>> _codes(["b", "a", "b", None])
-    (array([0, 1, 0, 2]), ['b', 'a', None])
-    """
-    seen = dict.fromkeys(values)
-    index = {v: i for i, v in enumerate(seen)}
-    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values)), list(seen)
-
-
 def _float_codes(values: np.ndarray) -> np.ndarray:
-    return np.unique(values, return_inverse=True)[1].astype(np.int64) if len(values) else values.astype(np.int64)
+    """Each value's rank among the distinct values (a column most sources hold constant costs no sort)."""
+    if not len(values) or values.min() == values.max():
+        return np.zeros(len(values), dtype=np.int64)
+    return np.unique(values, return_inverse=True)[1].astype(np.int64)
 
 
 def _nan_none(x: float) -> float | None:

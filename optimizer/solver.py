@@ -192,6 +192,13 @@ class Kept:
     validate: np.ndarray
     leases: np.ndarray
     dropped: dict[str, int] = field(default_factory=dict)
+    # What the bounds step compared with, for a caller that pruned a subset first: an upper bound
+    # on each group's best plan (by TrainArrays.group; inf: none), the K-th best group's, and per
+    # validation key its destroy-path partners' walls (ascending) with, at each, the second-lowest
+    # upper bound on distinct instances among those no slower.
+    group_ub: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    threshold: float = _INF_F
+    second_by_wall: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *, idle_hours: float,
@@ -277,7 +284,8 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
         rooms = room_of(tr.wall)
         for pp, mine in _with_partners(tr.need, kept_t, partners):
             kept_v[pp.alive[:np.searchsorted(pp.walls, rooms[mine].max(), side="right")]] = True
-    return Kept(kept_t, kept_v, kept_leases, dropped)
+    second_by_wall = {key: (pp.walls, pp.second) for key, pp in partners.items()}
+    return Kept(kept_t, kept_v, kept_leases, dropped, group_ub, float(threshold), second_by_wall)
 
 
 def _rows_per_key(keys: np.ndarray, alive: np.ndarray) -> dict[int, np.ndarray]:

@@ -226,10 +226,10 @@ def _money(low: str, high: str) -> st.SearchStrategy[Decimal]:
 
 
 @st.composite
-def offers(draw) -> list[Offer]:
+def offers(draw, most: int = 4, providers: tuple[str, ...] = ("a", "b"), cards: list = GPUS) -> list[Offer]:
     out = []
-    for i in range(draw(st.integers(1, 4))):
-        gpu, memory = draw(st.sampled_from(GPUS))
+    for i in range(draw(st.integers(1, most))):
+        gpu, memory = draw(st.sampled_from(cards))
         gpus = draw(st.sampled_from([1, 1, 2]))
         cny = draw(st.booleans())
         scale = CNY_PER_USD if cny else Decimal(1)
@@ -241,7 +241,7 @@ def offers(draw) -> list[Offer]:
         nodes = draw(st.sampled_from([1, 1, 2]))
         disk = lambda: draw(st.none() | st.sampled_from([Decimal(0), Decimal("0.05"), Decimal("0.30")]))  # noqa: E731
         out.append(Offer(
-            provider=draw(st.sampled_from(["a", "b"])), offer_id=f"o{i}", gpu=gpu, gpu_raw=gpu, gpus=gpus,
+            provider=draw(st.sampled_from(providers)), offer_id=f"o{i}", gpu=gpu, gpu_raw=gpu, gpus=gpus,
             gpu_memory_gb=memory, interconnect="pcie", price_options=options, currency="CNY" if cny else "USD",
             fetched_at=T0, source="test", nodes_available=nodes,
             fabric="infiniband" if nodes > 1 else None, fabric_gbps=400.0 if nodes > 1 else None,
@@ -331,3 +331,89 @@ def test_the_quote_matches_brute_force(req, catalog):
 @given(requests(), offers())
 def test_the_cp_sat_model_matches_brute_force(req, catalog):
     _check(req, catalog, "cp-sat")
+
+
+@settings(max_examples=int(__import__("os").environ.get("PROPERTY_EXAMPLES", "120")), deadline=None,
+          derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                                   HealthCheck.function_scoped_fixture])
+@given(requests(), offers(most=8, providers=("a",), cards=GPUS[1:]))
+def test_narrowing_from_group_heads_matches_brute_force(monkeypatch, req, catalog):
+    """The first pass on a large instance prunes the cheapest candidate of each group and key
+    first, then adds what could still win: forced here on every example, from one head each,
+    on catalogs of up to 8 offers in few groups (so most candidates are not heads)."""
+    import rentopt.optimizer.planner as planner
+
+    monkeypatch.setattr(planner, "HEADS_FROM", 0)
+    monkeypatch.setattr(planner, "HEADS", 1)
+    _check(req, catalog, "auto")
+
+
+def _l40s(offer_id: str, options: list[PriceOption], **kw) -> Offer:  # noqa: ANN003
+    return Offer(provider="a", offer_id=offer_id, gpu="L40S-48GB", gpu_raw="L40S-48GB", gpus=1, gpu_memory_gb=48.0,
+                 interconnect="pcie", price_options=options, currency="USD", fetched_at=T0, source="test",
+                 storage_gb_month=Decimal(0), egress_gb=Decimal(0), ingress_gb=Decimal(0),
+                 net_up_mbps=10000.0, net_down_mbps=10000.0, **kw)
+
+
+def test_narrowing_keeps_the_lease_partner_of_a_run_that_is_no_head(monkeypatch):
+    """About 64 h of training with a 1 h validation first. R sells a week for 300.00 (1.79/h at
+    best): validating on R and carrying on inside the same week costs 300.00 in all, while
+    validating elsewhere costs 300.00 + 0.67. R is not among the 2 heads of its group (two
+    month-only offers, M and M2, have the lower rate per hour), and its validation alone is dearer
+    than two others (V, V2: 0.67/h and 0.70/h, at most 5 h, so they cannot train): the lease
+    partner of a candidate that survives must be kept anyway, or the best plan is lost."""
+    import rentopt.optimizer.planner as planner
+
+    monkeypatch.setattr(planner, "HEADS_FROM", 0)
+    monkeypatch.setattr(planner, "HEADS", 2)
+    catalog = [_l40s("M", [PriceOption(unit="month", amount=Decimal(1000))]),
+               _l40s("M2", [PriceOption(unit="month", amount=Decimal(1010))]),
+               _l40s("R", [PriceOption(unit="week", amount=Decimal(300))]),
+               _l40s("V", [PriceOption(unit="hour", amount=Decimal("0.67"))], max_duration_hours=5.0),
+               _l40s("V2", [PriceOption(unit="hour", amount=Decimal("0.70"))], max_duration_hours=5.0)]
+    req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(1), top=TOP_K)
+    best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]
+    assert best.total == Decimal("300.00") and best.choice.train.startswith("t:a:R:")
+    _check(req, catalog, "auto")
+
+
+def test_narrowing_keeps_a_cheap_validation_whose_rate_per_hour_is_not_the_lowest(monkeypatch):
+    """VM sells only a month (300.00: 0.41/h, the lowest rate, so the one head of its key), VC
+    an hour at 0.70; neither may run past 5 h, so only T (2.00/h) trains. The best plan validates
+    on VC and destroys it (0.70 more than training alone), cheaper than validating on T itself
+    (2.00 more) or on VM (300.00): a validation no head and no lease partner must still be kept
+    when its floor is under its key's second-cheapest."""
+    import rentopt.optimizer.planner as planner
+
+    monkeypatch.setattr(planner, "HEADS_FROM", 0)
+    monkeypatch.setattr(planner, "HEADS", 1)
+    catalog = [_l40s("T", [PriceOption(unit="hour", amount=Decimal("2.00"))]),
+               _l40s("VM", [PriceOption(unit="month", amount=Decimal(300))], max_duration_hours=5.0),
+               _l40s("VC", [PriceOption(unit="hour", amount=Decimal("0.70"))], max_duration_hours=5.0)]
+    req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(1), top=TOP_K)
+    best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]
+    assert best.choice.validate.startswith("v:a:VC:") and best.choice.idle == "destroy"
+    _check(req, catalog, "auto")
+
+
+def test_under_a_deadline_nothing_is_narrowed_away_for_being_dear(monkeypatch):
+    """With a deadline a dearer validation can be the only one fast enough: VS and VS2 (0.50 and
+    0.55/h) download at 100 Mbit/s, VF (1.50/h) at 10 Gbit/s; 82.9 h leaves room after T's
+    training (81.7 h at the slow end) for VF's 1.0 h, not for VS's 1.5 h. Validating on VF and
+    destroying it beats validating on T itself (2.00/h), so VF must reach the exact pass."""
+    import rentopt.optimizer.planner as planner
+
+    monkeypatch.setattr(planner, "HEADS_FROM", 0)
+    monkeypatch.setattr(planner, "HEADS", 2)  # VS and VS2: two cheaper validations than VF
+    slow = {"net_down_mbps": 100.0, "net_up_mbps": 100.0}
+    catalog = [_l40s("T", [PriceOption(unit="hour", amount=Decimal("2.00"))]),
+               _l40s("VS", [PriceOption(unit="hour", amount=Decimal("0.50"))], max_duration_hours=5.0).model_copy(
+                   update=slow),
+               _l40s("VS2", [PriceOption(unit="hour", amount=Decimal("0.55"))], max_duration_hours=5.0).model_copy(
+                   update=slow),
+               _l40s("VF", [PriceOption(unit="hour", amount=Decimal("1.50"))], max_duration_hours=5.0)]
+    req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(1),
+                       deadline_days=Decimal("3.455"), top=TOP_K)
+    best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]
+    assert best.choice.validate.startswith("v:a:VF:") and best.choice.idle == "destroy"
+    _check(req, catalog, "auto")

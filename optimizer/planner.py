@@ -700,12 +700,13 @@ class _Planner:
         key = np.zeros(t.n, dtype=np.int64)
         for part in parts:  # one integer per shape (mixed radix over the coded columns)
             key = key * (int(part.max()) + 1 if len(part) else 1) + part
-        unique, first, inverse = np.unique(key[rows], return_index=True, return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.cumsum(np.bincount(inverse, minlength=len(unique)))[:-1]
+        keys = key[rows]
+        inverse = _dense(keys) if keys.max() < 8 * len(keys) + 1024 else np.unique(keys, return_inverse=True)[1]
+        order = np.argsort(inverse, kind="stable")  # by shape, rows ascending within each
+        bounds = np.cumsum(np.bincount(inverse))[:-1]
         out = {}
-        for members, head in zip(np.split(rows[order], bounds), first):
-            r = int(rows[head])
+        for members in np.split(rows[order], bounds):
+            r = int(members[0])
             spec = get_gpu(t.gpu[r])  # type: ignore[arg-type]
             mem = float(t.gpu_memory_gb[r])
             shape_key = (spec.id, int(t.gpus[r]), t.interconnect[r], t.fabric[r], _nan_none(t.fabric_gbps[r]),
@@ -713,7 +714,7 @@ class _Planner:
             shape = NodeShape(gpu=spec, gpus_per_node=shape_key[1], nodes=1, interconnect=shape_key[2],  # type: ignore[arg-type]
                               fabric=shape_key[3], fabric_gbps=shape_key[4], memory_gb=shape_key[5] or spec.memory_gb,
                               host_ram_gb=shape_key[6])
-            out[shape_key] = (spec, shape, np.sort(members))
+            out[shape_key] = (spec, shape, members)
         return out
 
     def _fx_factors(self) -> np.ndarray:
@@ -1030,10 +1031,23 @@ def _subset(arrays: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndar
 
 
 def _float_codes(values: np.ndarray) -> np.ndarray:
-    """Each value's rank among the distinct values (a column most sources hold constant costs no sort)."""
-    if not len(values) or values.min() == values.max():
-        return np.zeros(len(values), dtype=np.int64)
-    return np.unique(values, return_inverse=True)[1].astype(np.int64)
+    """A code per distinct value (no NaN). A column of a few distinct values (host RAM steps,
+    fabric speeds) is coded in one comparison per value instead of a sort of every row.
+
+    >>> _float_codes(np.array([2.0, -1.0, 2.0, 8.0])).tolist()
+    [0, 1, 0, 2]
+    """
+    codes = np.full(len(values), -1, dtype=np.int64)
+    left = np.arange(len(values))
+    for code in range(32):
+        if not len(left):
+            return codes
+        same = values[left] == values[left[0]]
+        codes[left[same]] = code
+        left = left[~same]
+    if len(left):  # many distinct values: rank them
+        codes[left] = 32 + np.unique(values[left], return_inverse=True)[1]
+    return codes
 
 
 def _nan_none(x: float) -> float | None:
@@ -1083,9 +1097,10 @@ def _ram_keys(gb: np.ndarray) -> np.ndarray:
 
 
 def rejections(planned: Planned) -> list[Rejection]:
+    """The rejected offers in the order of the offers (not of the shapes the planner went through)."""
     t = planned.table
     return [Rejection(provider=t.provider[r], offer_id=t.offer_id[r], gpu=t.gpu[r] or t.gpu_raw[r],  # type: ignore[arg-type]
-                      constraint=c, reason=why) for r, c, why in planned.rejected]
+                      constraint=c, reason=why) for r, c, why in sorted(planned.rejected, key=lambda x: x[0])]
 
 
 def _no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoFeasiblePlan:

@@ -26,7 +26,7 @@ then destroy).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Literal
@@ -490,18 +490,52 @@ class Candidate:
         return self.use.id
 
 
+class Rejections:
+    """Offers the planner set aside, by table rows in bulk: a million spot-only rows are one
+    entry, and a reason is written out only when the rejections are listed."""
+
+    def __init__(self) -> None:
+        self._chunks: list[tuple[np.ndarray, str, str | Callable[[int], str]]] = []
+
+    def add(self, rows: np.ndarray | int, constraint: str, reason: str | Callable[[int], str]) -> None:
+        """`reason`: one text for all `rows`, or a function of the position in `rows`."""
+        rows = np.atleast_1d(np.asarray(rows, dtype=np.int64))
+        if len(rows):
+            self._chunks.append((rows, constraint, reason))
+
+    def __len__(self) -> int:
+        return sum(len(rows) for rows, _, _ in self._chunks)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for rows, constraint, _ in self._chunks:
+            out[constraint] = out.get(constraint, 0) + len(rows)
+        return out
+
+    def listed(self) -> list[tuple[int, str, str]]:
+        """(table row, constraint, reason) for every rejection, in the offers' order."""
+        out = [(int(r), constraint, reason if isinstance(reason, str) else reason(i))
+               for rows, constraint, reason in self._chunks for i, r in enumerate(rows)]
+        return sorted(out, key=lambda x: x[0])
+
+
 @dataclass
 class Planned:
     """plan_instance's result."""
 
     instance: PlanInstance
     candidates: dict[str, Candidate]
-    rejected: list[tuple[int, str, str]]  # (offer table row, constraint, reason)
+    rejections: Rejections
     work: WorkPlan
     prep: _Prepared
     closest_memory: str | None = None
     first_pass: dict[str, int] = field(default_factory=dict)  # candidates before / after rough pruning
     table: OfferTable | None = None
+
+    @property
+    def rejected(self) -> list[tuple[int, str, str]]:
+        """(offer table row, constraint, reason) of every rejected offer, in the offers' order."""
+        return self.rejections.listed()
 
 
 class _Planner:
@@ -520,7 +554,7 @@ class _Planner:
         self.work = work_plan(req, self.prep)
         self._fits: dict[tuple, Fit | NoFit] = {}
         self._speeds: dict[tuple, Speed] = {}
-        self.rejected: list[tuple[int, str, str]] = []  # (table row, constraint, reason)
+        self.rejected = Rejections()
         self.closest: tuple[float, str] | None = None
 
     # -- memoised layouts and speeds -----------------------------------------------------------
@@ -659,9 +693,9 @@ class _Planner:
             has |= t.has_kind(k)
         gpu_code, gpus = t.category("gpu")
         known = np.array([g is not None for g in gpus], dtype=bool)[gpu_code] if t.n else np.zeros(0, bool)
-        for r in np.flatnonzero(~known):
-            self.rejected.append((int(r), "gpu", f"GPU {t.gpu_raw[r]!r} is {t.gpu_status[r]} in the catalog: its "
-                                                 "memory and speed cannot be checked (kept, not guessed)"))
+        unknown = np.flatnonzero(~known)
+        self.rejected.add(unknown, "gpu", lambda i: f"GPU {t.gpu_raw[unknown[i]]!r} is {t.gpu_status[unknown[i]]} in the "
+                                                    "catalog: its memory and speed cannot be checked (kept, not guessed)")
         ok = known.copy()
         f = req.gpu_filter
         if f.include or f.exclude or f.min_memory_gb is not None or f.gpus_per_node is not None:
@@ -673,10 +707,11 @@ class _Planner:
                     why = f.reason_for(gpus[int(c) // 1024], int(t.gpus[at[0]]), float(memory))  # type: ignore[arg-type]
                     if why is not None:
                         ok[at] = False
-                        self.rejected += [(int(r), "gpu", why) for r in at]
-        for r in np.flatnonzero(ok & ~has):
-            self.rejected.append((int(r), "price", "spot-only offer: add --spot to consider interruptible prices"
-                                  if t.spot[r] else "no price option of the requested kind"))
+                        self.rejected.add(at, "gpu", why)
+        unpriced = ok & ~has
+        self.rejected.add(np.flatnonzero(unpriced & t.spot), "price",
+                          "spot-only offer: add --spot to consider interruptible prices")
+        self.rejected.add(np.flatnonzero(unpriced & ~t.spot), "price", "no price option of the requested kind")
         return ok & has
 
     def _shapes(self, usable: np.ndarray) -> dict[tuple, tuple[GpuSpec, NodeShape, np.ndarray]]:
@@ -768,9 +803,10 @@ class _Planner:
                         tokens = speed.typical * run * 3600 / factor
                     hours = import_h[mine] + run + export_h[mine]
                     too_long = hours > t.max_hours[mine]  # NaN (no maximum) compares False
-                    for r, h in zip(mine[too_long], hours[too_long]):
-                        self.rejected.append((int(r), "max_duration", f"needs {h:.1f} h of rental on {nodes} node(s); "
-                                                                       f"the host allows at most {t.max_hours[r]:.1f} h"))
+                    long_rows, long_hours = mine[too_long], hours[too_long]
+                    self.rejected.add(long_rows, "max_duration", lambda i, rows=long_rows, h=long_hours, n=nodes: (
+                        f"needs {h[i]:.1f} h of rental on {n} node(s); the host allows at most "
+                        f"{t.max_hours[rows[i]]:.1f} h"))
                     keep = ~too_long
                     n_keep = int(keep.sum())
                     cols["row"].append(mine[keep])
@@ -782,8 +818,7 @@ class _Planner:
                     cols["tokens"].append(tokens[keep])
                     cols["fit"].append(np.full(n_keep, fit_id))
             if not any_fit and first_miss is not None:
-                for r in rows:
-                    self.rejected.append((int(r), first_miss.constraint, first_miss.reason))
+                self.rejected.add(rows, first_miss.constraint, first_miss.reason)
                 if first_miss.overshoot is not None and (self.closest is None or first_miss.overshoot < self.closest[0]):
                     r = int(rows[0])
                     self.closest = (first_miss.overshoot, f"{t.provider[r]}/{t.offer_id[r]} ({t.gpus[r]} x {t.gpu[r]}): "
@@ -1100,13 +1135,11 @@ def rejections(planned: Planned) -> list[Rejection]:
     """The rejected offers in the order of the offers (not of the shapes the planner went through)."""
     t = planned.table
     return [Rejection(provider=t.provider[r], offer_id=t.offer_id[r], gpu=t.gpu[r] or t.gpu_raw[r],  # type: ignore[arg-type]
-                      constraint=c, reason=why) for r, c, why in sorted(planned.rejected, key=lambda x: x[0])]
+                      constraint=c, reason=why) for r, c, why in planned.rejected]
 
 
 def _no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoFeasiblePlan:
-    counts: dict[str, int] = {}
-    for _, constraint, _ in planned.rejected:
-        counts[constraint] = counts.get(constraint, 0) + 1
+    counts = planned.rejections.counts()
     parts = [f"{n} offer{'s' if n > 1 else ''} by {c}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])]
     reasons = [f"all {offer_count} offers were rejected: " + ", ".join(parts)] if parts else ["no offers to plan with"]
     if planned.closest_memory:
@@ -1147,7 +1180,7 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
         work=Work(tokens=planned.work.tokens, basis=planned.work.basis,
                   deadline_hours=planned.work.deadline_hours),
         fx=fx.rates_used(dated, to_ccy=req.currency), plans=plans,
-        rejected=rejections(planned) if list_rejected else [], rejected_count=len(planned.rejected),
+        rejected=rejections(planned) if list_rejected else [], rejected_count=len(planned.rejections),
         memory=prep.train_memory, assumptions=assumptions,
         sources=offers.price_sources(), source_notes=list(offers.notes),
     )

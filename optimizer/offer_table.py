@@ -218,8 +218,7 @@ class OfferTable:
                 columns[name] = joined
         columns.update({name: np.concatenate([getattr(p, name) for p in parts]) for name in ARRAY_COLUMNS})
         prices = {name: np.concatenate([getattr(p, name) for p in parts], axis=1) for name in PRICE_COLUMNS}
-        terms = {(k, int(start) + r): v for p, start in zip(parts, starts) for (k, r), v in p.terms.items()}
-        notes = {int(start) + r: v for p, start in zip(parts, starts) for r, v in p.extra_notes.items()}
+        terms, notes = _shifted(parts, starts)
 
         def resolve(rows: Sequence[int]) -> list[Offer]:
             rows = np.asarray(list(rows), dtype=np.int64)
@@ -360,9 +359,18 @@ def merge_parts(parts: Sequence[Part]) -> Part:
         else:
             prices[name] = np.concatenate([constant(v.value, (2, p.n), np.float64) if isinstance(v, Const) else v
                                            for v, p in zip(values, parts)], axis=1)
-    terms = {(k, int(start) + r): v for p, start in zip(parts, starts) for (k, r), v in p.terms.items()}
-    notes = {int(start) + r: v for p, start in zip(parts, starts) for r, v in p.extra_notes.items()}
+    terms, notes = _shifted(parts, starts)
     return Part(int(starts[-1]), columns, prices, terms, notes)
+
+
+def _shifted(parts: Sequence[Any], starts: np.ndarray) -> tuple[dict, dict]:
+    """The parts' terms and notes keyed by the joined rows: the first part's are copied as they
+    are (a dict copy, not a rebuild: a million-row part may carry a note per row)."""
+    terms, notes = dict(parts[0].terms), dict(parts[0].extra_notes)
+    for p, start in zip(parts[1:], starts[1:]):
+        terms.update({(k, int(start) + r): v for (k, r), v in p.terms.items()})
+        notes.update({int(start) + r: v for r, v in p.extra_notes.items()})
+    return terms, notes
 
 
 def as_list(value: Any, n: int, name: str) -> list:

@@ -61,6 +61,23 @@ def test_the_columns_hold_every_planning_field_exactly(tmp_path):
     assert table.hourly[0, table.offer_id.index("a1")] == 6.90 and table.terms[(0, table.offer_id.index("a1"))] == ((720.0, 4000.0),)
 
 
+def test_joined_sources_keep_each_ones_terms_and_notes_on_its_own_rows(tmp_path):
+    """A second provider's reserved term and GPU note belong to its rows, after the first's,
+    whether two stored providers are merged or a store table is joined with other offers."""
+    first = [offer("a1"), offer("a2")]
+    second = [offer("b1", provider="beta", price_options=[PriceOption(unit="term", amount=Decimal("4000"), term_hours=720)]),
+              offer("b2", provider="beta", gpu="H100-SXM-80GB", gpu_raw="H100", gpu_status="default",
+                    extra={"gpu_note": "a bare H100 read as the SXM card"})]
+    with open_writable(tmp_path / "prices.sqlite") as s:
+        s.write_snapshot("alpha", first, fetched_at=T0)
+        s.write_snapshot("beta", second, fetched_at=T0)
+        merged = stored_table(s)
+    want = OfferTable.from_offers(first + second)
+    assert_same_table(merged, want)
+    assert merged.terms == {(0, 2): ((720.0, 4000.0),)} and merged.extra_notes == {3: "a bare H100 read as the SXM card"}
+    assert_same_table(OfferTable.concat([OfferTable.from_offers(first), OfferTable.from_offers(second)]), want)
+
+
 def _old_style(db, provider: str, snapshot_id: int, offers: list[Offer]) -> None:
     """What rentopt wrote before m005 for one refresh of `provider` (its write_snapshot, by hand)."""
     ts = store.timestamp(offers[0].fetched_at)

@@ -123,6 +123,15 @@ def _http_url(value: str) -> str:
     return value.strip()
 
 
+def _matching_list(value: Any, pattern: re.Pattern[str], what: str) -> Any:
+    """A comma-separated list whose every item matches `pattern`; else the first that does not."""
+    items = _comma_list(value)
+    bad = [item for item in items or () if not pattern.match(item)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not {what}")
+    return items
+
+
 def _seconds(value: Any, high: float) -> float:
     try:
         seconds = float(value)
@@ -190,11 +199,7 @@ class Settings(BaseModel):
     @field_validator("providers", mode="before")
     @classmethod
     def _providers(cls, v: Any) -> Any:
-        names = _comma_list(v)
-        bad = [n for n in names or () if not _PROVIDER_NAME.match(n)]
-        if bad:
-            raise ValueError(f"{bad[0]!r} is not a provider name")
-        return names
+        return _matching_list(v, _PROVIDER_NAME, "a provider name")
 
     @field_validator("plugins", "log_level", mode="before")
     @classmethod
@@ -219,20 +224,12 @@ class Settings(BaseModel):
     def _azure(cls, v: Any) -> Any:
         if isinstance(v, str) and v.strip().lower() == "all":
             return "all"
-        regions = _comma_list(v)
-        bad = [r for r in regions or () if not _AZURE_REGION.match(r)]
-        if bad:
-            raise ValueError(f"{bad[0]!r} is not an Azure region name (lowercase, like eastus)")
-        return regions
+        return _matching_list(v, _AZURE_REGION, "an Azure region name (lowercase, like eastus)")
 
     @field_validator("aws_regions", mode="before")
     @classmethod
     def _aws(cls, v: Any) -> Any:
-        regions = _comma_list(v)
-        bad = [r for r in regions or () if not _AWS_REGION.match(r)]
-        if bad:
-            raise ValueError(f"{bad[0]!r} is not an AWS region name (like us-east-1)")
-        return regions
+        return _matching_list(v, _AWS_REGION, "an AWS region name (like us-east-1)")
 
     @field_validator("aws_spot_url", mode="before")
     @classmethod

@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -58,7 +58,16 @@ from rentopt.optimizer.hardware import get_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
 from rentopt.optimizer.offer_table import OfferTable
 from rentopt.optimizer.solver import Candidate as SolverCandidate
-from rentopt.optimizer.solver import Kept, LeaseArrays, PlanInstance, TrainArrays, ValidateArrays, prune_arrays, solve
+from rentopt.optimizer.solver import (
+    Kept,
+    LeaseArrays,
+    PlanInstance,
+    TrainArrays,
+    ValidateArrays,
+    prune_arrays,
+    rows_per_key,
+    solve,
+)
 from rentopt.optimizer.models import (
     BillingLine,
     GpuSpec,
@@ -538,6 +547,9 @@ class Planned:
         return self.rejections.listed()
 
 
+_REQUESTED = object()  # _Planner._prune: the request's own deadline or budget
+
+
 class _Planner:
     """Builds the solver's instance in two passes.
 
@@ -598,25 +610,63 @@ class _Planner:
             if nt + nv > HEADS_FROM:
                 t_idx, v_idx = self._narrowed(prices, tr, va, import_h)
             kept = self._prune(prices, _subset(tr, t_idx), None if va is None else _subset(va, v_idx), import_h)
-            if kept.train.any():  # else nothing meets the deadline or budget: price everything for the diagnosis
-                keep_t, keep_v = np.zeros(nt, dtype=bool), np.zeros(nv, dtype=bool)
-                keep_t[t_idx[kept.train]] = True
-                keep_v[v_idx[kept.validate]] = True
+            keep_t, keep_v = np.zeros(nt, dtype=bool), np.zeros(nv, dtype=bool)
+            keep_t[t_idx[kept.train]] = True
+            keep_v[v_idx[kept.validate]] = True
+            if not kept.train.any():  # nothing meets the deadline or budget: what the diagnosis needs
+                keep_t, keep_v = self._for_diagnosis(prices, tr, va, import_h)
         first = {"offers": t.n, "candidates": len(keep_t) + len(keep_v),
                  "after rough pruning": int(keep_t.sum() + keep_v.sum())}
         return self._exact(tr, va, keep_t, keep_v, first)
 
-    def _prune(self, prices, tr, va, import_h) -> Kept:  # type: ignore[no-untyped-def]
+    def _for_diagnosis(self, prices, tr, va, import_h) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+        """When no plan meets the deadline and budget, the candidates `solver.diagnose` reads:
+        the fastest plan's (per validation key its quickest validation and training runs, to
+        1e-5 h: the exact walls are rounded up to 1e-6 h), and the cheapest plan without the
+        budget and without either (the first pass with those relaxed, top 1). Not every
+        candidate: priced exactly, a million of them would take hours."""
+        nt, nv = len(tr["row"]), 0 if va is None else len(va["row"])
+        keep_t, keep_v = np.zeros(nt, dtype=bool), np.zeros(nv, dtype=bool)
+        def quickest(rows: np.ndarray, walls: np.ndarray) -> np.ndarray:
+            # the rows within 1e-5 h of the quickest, a few of them: ties are the same wall clock
+            return rows[walls <= walls.min() + 1e-5][:4]
+
+        if va is None:
+            keep_t[quickest(np.arange(nt), tr["wall"])] = True
+        else:
+            for key, rows in rows_per_key(va["keys"], np.ones(nv, dtype=bool)).items():
+                keep_v[quickest(rows, va["wall"][rows])] = True
+                runs = np.flatnonzero(tr["need"] == key)
+                if len(runs):
+                    keep_t[quickest(runs, tr["wall"][runs])] = True
+        relaxed = [dict(budget=None)] if self.req.budget is not None else []
+        if self.work.deadline_hours is not None:
+            relaxed.append(dict(budget=None, deadline=None))
+        for limits in relaxed:
+            t_idx, v_idx = np.arange(nt), np.arange(nv)
+            if nt + nv > HEADS_FROM:
+                t_idx, v_idx = self._narrowed(prices, tr, va, import_h, top_k=1, **limits)
+            kept = self._prune(prices, _subset(tr, t_idx), None if va is None else _subset(va, v_idx), import_h,
+                               top_k=1, **limits)
+            keep_t[t_idx[kept.train]] = True
+            keep_v[v_idx[kept.validate]] = True
+        return keep_t, keep_v
+
+    def _prune(self, prices, tr, va, import_h, *, top_k: int | None = None,  # type: ignore[no-untyped-def]
+               deadline: Any = _REQUESTED, budget: Any = _REQUESTED) -> Kept:
         """The solver's pruning routine over these candidates: billing's rough bounds of each
-        alone, of the leases, and of a pair's idle choice."""
+        alone, of the leases, and of a pair's idle choice. `top_k`, `deadline` (hours) and
+        `budget` default to the request's; None relaxes them (for the diagnosis)."""
         req, work = self.req, self.work
+        deadline = work.deadline_hours if deadline is _REQUESTED else deadline
+        budget = req.budget if budget is _REQUESTED else budget
         bounds_t = self._bounds(prices, tr, "train", import_h)
         bounds_v = self._bounds(prices, va, "validate", import_h) if va is not None and len(va["row"]) else None
         pairs, lease = self._leases(prices, tr, va)
         if bounds_v is not None and len(pairs[0]):
             # a pair's plan is billing's idle choice between keeping and destroying: cover both
             destroy_ok = va["destroy_wall"][pairs[0]] + float(req.idle_days * 24) + tr["wall"][pairs[1]] <= (
-                np.inf if work.deadline_hours is None else float(work.deadline_hours) + _DEADLINE_EPS)
+                np.inf if deadline is None else float(deadline) + _DEADLINE_EPS)
             destroy_lo = bounds_t[0][pairs[1]] + bounds_v[0][pairs[0]]
             destroy_hi = bounds_t[1][pairs[1]] + bounds_v[1][pairs[0]]
             lease = (np.where(destroy_ok, np.minimum(lease[0], destroy_lo), lease[0]),
@@ -627,11 +677,11 @@ class _Planner:
             None if va is None or bounds_v is None else ValidateArrays(
                 bounds_v[0], bounds_v[1], va["wall"], va["destroy_wall"], va["keys"], va["row"] * 2 + va["kind"]),
             LeaseArrays(pairs[0], pairs[1], lease[0], lease[1]),
-            idle_hours=float(req.idle_days * 24), top_k=req.top,
-            deadline=None if work.deadline_hours is None else float(work.deadline_hours) + _DEADLINE_EPS,
-            budget=None if req.budget is None else float(req.budget) + _BUDGET_EPS)
+            idle_hours=float(req.idle_days * 24), top_k=req.top if top_k is None else top_k,
+            deadline=None if deadline is None else float(deadline) + _DEADLINE_EPS,
+            budget=None if budget is None else float(budget) + _BUDGET_EPS)
 
-    def _narrowed(self, prices, tr, va, import_h) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    def _narrowed(self, prices, tr, va, import_h, **limits: Any) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
         """The candidates a top-K plan can use, found without bounding every one.
 
         Every candidate costs at least its compute at its offer's cheapest rate (`floor`). The
@@ -668,7 +718,7 @@ class _Planner:
             v_inst = va["row"] * 2 + va["kind"]
             head_v |= np.isin(v_inst, t_inst[head_t])
         first = self._prune(prices, _subset(tr, np.flatnonzero(head_t)),
-                            None if va is None else _subset(va, np.flatnonzero(head_v)), import_h)
+                            None if va is None else _subset(va, np.flatnonzero(head_v)), import_h, **limits)
         group_ub = np.full(int(tr["group"].max()) + 1, np.inf)
         group_ub[:len(first.group_ub)] = first.group_ub
         want_t = head_t | (lb_t <= np.minimum(group_ub[tr["group"]], first.threshold))

@@ -237,7 +237,7 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
     if va is not None:
         survive = np.zeros(nv, dtype=bool)
         v_inst = va.instance if va.instance is not None else np.arange(nv)
-        for key, idx in _rows_per_key(va.keys, keep_v).items():
+        for key, idx in rows_per_key(va.keys, keep_v).items():
             order = idx[np.lexsort((va.hi[idx], va.destroy_wall[idx]))]
             _, second_before, _ = _best_two(va.hi[order], v_inst[order], before=True)
             alive = order[va.lo[order] <= second_before]
@@ -288,7 +288,7 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
     return Kept(kept_t, kept_v, kept_leases, dropped, group_ub, float(threshold), second_by_wall)
 
 
-def _rows_per_key(keys: np.ndarray, alive: np.ndarray) -> dict[int, np.ndarray]:
+def rows_per_key(keys: np.ndarray, alive: np.ndarray) -> dict[int, np.ndarray]:
     """For each key, the alive rows that satisfy it (one sort, no per-key scan of all rows)."""
     rows = np.repeat(np.arange(len(keys)), keys.shape[1])
     flat = keys.ravel()
@@ -340,13 +340,13 @@ def _best_two(values: np.ndarray, instances: np.ndarray, *, before: bool) -> tup
 
 def _with_partners(need: np.ndarray, alive: np.ndarray, partners: dict):  # type: ignore[no-untyped-def]
     """(a key's partner structure, the alive training rows that need that key), per key that has one."""
-    for key, rows in _rows_per_key(need[:, None], alive).items():
+    for key, rows in rows_per_key(need[:, None], alive).items():
         if key in partners:
             yield partners[key], rows
 
 
 def _min_per_key(keys: np.ndarray, values: np.ndarray, alive: np.ndarray) -> dict[int, float]:
-    return {k: float(values[idx].min()) for k, idx in _rows_per_key(keys, alive).items()}
+    return {k: float(values[idx].min()) for k, idx in rows_per_key(keys, alive).items()}
 
 
 @dataclass
@@ -699,7 +699,13 @@ def _fastest_wall(inst: PlanInstance) -> Decimal | None:
         return None
     if not inst.validate:
         return min(t.wall for t in inst.train)
-    walls = [v.wall + inst.idle_hours + t.wall for t in inst.train for v in inst.validate if compatible(v, t)]
+    # per signature, the quickest validation that runs it plus the quickest run that needs it
+    # (linear: a diagnosis over thousands of candidates must not try every pair)
+    quickest: dict[Hashable, Decimal] = {}
+    for v in inst.validate:
+        for sig in (v.signature if isinstance(v.signature, frozenset) else (v.signature,)):
+            quickest[sig] = min(quickest.get(sig, v.wall), v.wall)
+    walls = [quickest[t.signature] + inst.idle_hours + t.wall for t in inst.train if t.signature in quickest]
     return min(walls, default=None)
 
 

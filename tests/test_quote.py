@@ -542,3 +542,24 @@ def test_each_provider_says_where_its_prices_come_from(tmp_path):
     assert any(origin == "bundled" for provider, origin in by_provider.items() if provider != "mycloud")
     code, out, _ = quote("--model", "7b", "--mode", "lora", "--tokens", "3e8", "--top", "3")
     assert "where the prices come from (per provider):" in out and "  mycloud: " in out
+
+
+def test_an_impossible_deadline_or_budget_is_diagnosed_without_pricing_every_offer():
+    """300 identical 1 x L40S offers and 13B LoRA: 10 days of work take days, not 0.05 of one,
+    and no plan costs 5 USD. The quote must say which limit binds, and get there by pricing the
+    fastest and the cheapest plans' candidates, not all 600 (at a million offers that took hours)."""
+    from rentopt.optimizer.currency import FxTable
+    from rentopt.optimizer.errors import NoFeasiblePlan
+    from rentopt.optimizer.models import TrainingSetup
+    from rentopt.optimizer.planner import QuoteRequest, plan_instance
+    from rentopt.optimizer.solver import solve
+
+    catalog = [offer(f"o{i}", "L40S-48GB", 1, f"{0.80 + i / 1000:.3f}", memory=48) for i in range(300)]
+    req = QuoteRequest(model=resolve_model("13b"), setup=TrainingSetup(mode="lora"), days=Decimal(10),
+                       deadline_days=Decimal("0.05"), budget=Decimal(5))
+    planned = plan_instance(req, catalog, FxTable.load())
+    assert planned.first_pass["candidates"] == 600 and planned.first_pass["after rough pruning"] <= 60
+    with pytest.raises(NoFeasiblePlan) as err:
+        solve(planned.instance, top_k=req.top)
+    assert "the fastest plan needs" in str(err.value) and "(extend --deadline-days)" in str(err.value)
+    assert "budget 5.00 USD is below the cheapest plan at any speed" in str(err.value)

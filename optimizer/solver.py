@@ -668,14 +668,17 @@ def _unpruned(inst: PlanInstance) -> _Pruned:
 
 
 def _days(hours: Decimal, up: bool = False) -> str:
-    """Hours as days for messages: whole days exactly, otherwise one decimal (rounded up if `up`).
+    """Hours as days for messages: whole days exactly, a limit the user gave in up to 3 decimals
+    as given (`--deadline-days 0.05`), otherwise one decimal (rounded up if `up`).
 
-    >>> _days(Decimal(120)), _days(Decimal(175), up=True), _days(Decimal(24))
-    ('5 days', '7.3 days', '1 day')
+    >>> _days(Decimal(120)), _days(Decimal(175), up=True), _days(Decimal(24)), _days(Decimal("1.2"))
+    ('5 days', '7.3 days', '1 day', '0.05 days')
     """
     days = hours / 24
     if days == days.to_integral_value():
         text = str(int(days))
+    elif not up and days == days.quantize(Decimal("0.001")):
+        text = f"{days.normalize():f}"
     else:
         text = str(days.quantize(Decimal("0.1"), rounding=ROUND_CEILING if up else ROUND_HALF_UP))
     return "1 day" if text == "1" else f"{text} days"

@@ -561,5 +561,5 @@ def test_an_impossible_deadline_or_budget_is_diagnosed_without_pricing_every_off
     assert planned.first_pass["candidates"] == 600 and planned.first_pass["after rough pruning"] <= 60
     with pytest.raises(NoFeasiblePlan) as err:
         solve(planned.instance, top_k=req.top)
-    assert "the fastest plan needs" in str(err.value) and "(extend --deadline-days)" in str(err.value)
+    assert "deadline 0.05 days; the fastest plan needs" in str(err.value) and "(extend --deadline-days)" in str(err.value)
     assert "budget 5.00 USD is below the cheapest plan at any speed" in str(err.value)

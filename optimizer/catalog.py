@@ -309,7 +309,9 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
     oldest = min([o.fetched_at for o in offers] + ([when] if columns and (when := columns.oldest()) else []),
                  default=None)
     origins = {p.origin for p in chosen.values()}
-    origin: Origin = "store" if "store" in origins else "bundled"
+    # the set's origin says where the quote's prices come from: a set of the user's own sheets
+    # alone is neither the store nor the bundled snapshot (and `rentopt refresh` would not help)
+    origin: Origin = "store" if "store" in origins else "sheet" if origins == {"sheet"} else "bundled"
     notes = list(sheet_notes)
     for p in chosen.values():
         if p.stale:
@@ -322,7 +324,9 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
     else:
         parts = [f"{k} {sum(1 for p in chosen.values() if p.origin == k)}" for k in ("store", "bundled", "sheet")
                  if any(p.origin == k for p in chosen.values())]
-        label = f"price store {store_path()}" if origins == {"store"} else f"providers from {', '.join(parts)}"
+        label = (f"price store {store_path()}" if origins == {"store"} else
+                 f"price sheets in {store_path().parent / 'sheets'}" if origins == {"sheet"} else
+                 f"providers from {', '.join(parts)}")
         label += f", prices as of {_when(oldest)}" if oldest else ""
         if any(p.stale for p in chosen.values()):
             label += " (some stale: see notes)"

@@ -398,7 +398,7 @@ class PriceOption(BaseModel):
 
 Interconnect = Literal["nvlink", "pcie", "unknown"]
 Fabric = Literal["infiniband", "roce", "ethernet"]
-Origin = Literal["store", "bundled", "offers-file"]
+Origin = Literal["store", "bundled", "sheet", "offers-file"]  # an offer set's: "sheet" when only the user's own sheets
 PriceOrigin = Literal["store", "bundled", "sheet", "offers-file"]  # one provider's: a user's sheet too
 # What a STOPPED instance keeps paying for (the platform's stop rule, owned by billing.py):
 # "storage" - compute stops, the disk keeps billing (Vast, RunPod, AutoDL: the seeds' "Stop

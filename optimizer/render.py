@@ -314,7 +314,7 @@ def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = N
 
 def _prices_line(quote: Quote, now: datetime | None) -> str:
     origin = {"store": "the local price store", "bundled": "the BUNDLED SNAPSHOT shipped with rentopt",
-              "offers-file": "the offers file"}[quote.price_origin]
+              "sheet": "your own price sheets", "offers-file": "the offers file"}[quote.price_origin]
     when = f" as of {quote.prices_as_of:%Y-%m-%d %H:%M} UTC ({age(quote.prices_as_of, now)})" if quote.prices_as_of else ""
     hint = " - run `rentopt refresh` for current prices" if quote.price_origin == "bundled" else ""
     return f"Prices from {origin}{when}{hint}. Amounts in {quote.currency}."

@@ -200,6 +200,25 @@ def test_a_user_sheet_is_read_without_a_refresh_and_replaces_its_platform(rentop
     assert not store_path().exists()
 
 
+def test_prices_only_from_the_users_own_sheet_are_never_called_the_bundled_snapshot(rentopt_home):
+    """No store, and the one provider asked for comes from the user's sheet: the quote must say
+    so, not "the BUNDLED SNAPSHOT ... run `rentopt refresh`" (a refresh changes nothing there)."""
+    from click.testing import CliRunner
+
+    from rentopt.optimizer.cli import cli
+
+    sheets = rentopt_home / "sheets"
+    sheets.mkdir(parents=True)
+    shutil.copy(ROOT / "fixtures" / "sheet" / "user_autodl.toml", sheets / "autodl.toml")
+    found = load_offers(["autodl"])
+    assert found.origin == "sheet" and found.label.startswith(f"price sheets in {sheets}")
+    result = CliRunner().invoke(cli, ["quote", "--model", "7b", "--mode", "qlora", "--days", "1", "--providers", "autodl"])
+    assert result.exit_code == 0, result.output
+    assert "Prices from your own price sheets as of 2026-11-20" in result.stdout
+    assert "BUNDLED" not in result.stdout and "rentopt refresh" not in result.stdout.splitlines()[1]
+    assert load_offers(["autodl", "vast"]).origin == "bundled"  # a sheet next to bundled providers
+
+
 def test_a_misspelt_provider_is_an_input_error(rentopt_home):
     with pytest.raises(InputError, match="unknown provider vats.*known providers: .*vast"):
         load_offers(["vats"])

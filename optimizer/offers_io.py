@@ -43,7 +43,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import OffersFileError
 from rentopt.optimizer.models import UNIT_HOURS, GpuMatch, Offer, PriceOption, PriceUnit
-from rentopt.optimizer.sanity import PriceBands
+from rentopt.optimizer.sanity import PriceBands, UnknownCurrency
 
 # The CSV format, as explicit field lists (a new Offer field must not silently change it).
 REQUIRED_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "currency")
@@ -203,8 +203,9 @@ def parse_offers_json(data: bytes | str, name: str = "offers file") -> list[Offe
             raise OffersFileError(f"{name}: expected a JSON list of offers ({msg})") from None
         where = ".".join(str(p) for p in loc[1:]) or "the offer"
         raise OffersFileError(f"{_json_where(data, name, loc[0])}, field {where}: {msg}") from None
+    bands = PriceBands()
     for index, o in enumerate(offers):
-        if problem := offer_problem(o):
+        if problem := offer_problem(o, bands):
             field, message = problem
             raise OffersFileError(f"{_json_where(data, name, index)}, field {field}: {message}")
     return offers
@@ -250,9 +251,10 @@ def _json_element_line(data: bytes, index: int) -> int | None:
     return None
 
 
-def offer_problem(offer: Offer) -> tuple[str, str] | None:
+def offer_problem(offer: Offer, bands: PriceBands | None = None) -> tuple[str, str] | None:
     """(field, why) for the first thing in `offer` that cannot be real, else None: a GPU id the
-    catalog does not have, a number outside OFFER_LIMITS, a price outside the sane bands."""
+    catalog does not have, a number outside OFFER_LIMITS, a price outside the sane bands, a
+    currency with no exchange rate. `bands`: a reader's own, so its rates load once."""
     from rentopt.optimizer.hardware import load_catalog
 
     if offer.gpu is not None and offer.gpu not in load_catalog():
@@ -265,9 +267,13 @@ def offer_problem(offer: Offer) -> tuple[str, str] | None:
     for i, option in enumerate(offer.price_options):
         if option.term_hours is not None and option.term_hours > MAX_TERM_HOURS:
             return f"price_options.{i}.term_hours", f"{option.term_hours} is longer than {MAX_TERM_HOURS} hours (5 years)"
-    bands = PriceBands()
+    bands = bands or PriceBands()
     for i, option in enumerate(offer.price_options):
-        if problem := bands.gpu_hour_problem(option, offer.gpus, offer.month_hours, offer.currency):
+        try:
+            problem = bands.gpu_hour_problem(option, offer.gpus, offer.month_hours, offer.currency)
+        except UnknownCurrency as exc:
+            return "currency", str(exc)
+        if problem:
             return f"price_options.{i}.amount", problem
     if problem := bands.offer_problem(offer):
         field, _, message = problem.partition(": ")
@@ -446,9 +452,13 @@ def _offer_from_row(row: _Row, fetched_at: datetime, source: str, bands: PriceBa
     bands = bands or PriceBands()
     columns = [c for c in PRICE_COLUMNS if row.text(c) is not None]
     for column, option in zip(columns, offer.price_options, strict=True):
-        if problem := bands.gpu_hour_problem(option, offer.gpus, offer.month_hours, offer.currency):
+        try:
+            problem = bands.gpu_hour_problem(option, offer.gpus, offer.month_hours, offer.currency)
+        except UnknownCurrency as exc:  # said with the file, line and column like any bad cell
+            raise row.error("currency", str(exc)) from None
+        if problem:
             raise row.error(column, problem)
-    if problem := offer_problem(offer):
+    if problem := offer_problem(offer, bands):
         column, message = problem
         raise row.error({"storage_stopped_gb_month": "storage_gb_month"}.get(column, column), message)
     return offer

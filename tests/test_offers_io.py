@@ -146,6 +146,7 @@ HEADER = "provider,offer_id,gpu,gpus,price_hour,currency"
     (HEADER + "\np,1,L4-24GB,two,1,USD\n", r"line 2, field gpus: 'two' must be a whole number"),
     (HEADER + "\np,1,L4-24GB,0,1,USD\n", r"line 2, field gpus"),
     (HEADER + "\np,1,L4-24GB,1,1,dollars\n", r"line 2, field currency: 'DOLLARS' must be a three-letter code"),
+    (HEADER + "\np,1,L4-24GB,1,1,USD\np,2,L4-24GB,1,1,XYZ\n", r"sheet.csv line 3, field currency: unknown currency 'XYZ'"),
     (HEADER + ",interconnect\np,1,L4-24GB,1,1,USD,infiniband\n", r"line 2, field interconnect"),
     (HEADER + ",spot\np,1,L4-24GB,1,1,USD,maybe\n", r"line 2, field spot: 'maybe' must be yes or no"),
     (HEADER + ",fetched_at\np,1,L4-24GB,1,1,USD,2026-11-28 06:00\n", r"line 2, field fetched_at: .* needs a timezone"),
@@ -260,6 +261,9 @@ def test_json_field_errors_name_the_offer_and_field():
         parse_offers_json(json.dumps([good, bad]), "offers.json")
     with pytest.raises(OffersFileError, match=r"offers.json line 3: offer 2, field price_options.0.amount: .*greater than 0"):
         parse_offers_json("[\n" + ",\n".join(json.dumps(o) for o in (good, bad)) + "\n]", "offers.json")
+    bad = offer("b", currency="XYZ").model_dump(mode="json")
+    with pytest.raises(OffersFileError, match=r"offers.json line 1: offer 2, field currency: unknown currency 'XYZ'"):
+        parse_offers_json(json.dumps([good, bad]), "offers.json")
 
 
 # --------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -271,41 +272,16 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
         if lazy and query.region is None and query.max_hour_price is None:
             return _table_from_offers_file(Path(offers_file), query, requested)
         return _from_offers_file(Path(offers_file), query, requested)
-    store = open_readonly(store_path())
-    states = []
-    if store is not None:
-        with store:
-            states = [s for s in store.providers() if s.has_data]
-    snapshot = _bundled_or_none(store_has_data=bool(states))
-    bundled = {p.provider: p for p in snapshot.providers} if snapshot else {}
-    sheets, sheet_notes = _user_sheets()
-    _check_known(requested, {s.name for s in states} | set(bundled) | set(sheets), "the price store or the bundled snapshot")
-    chosen = _choose(states, bundled, sheets)
-    if query.providers is not None:
-        # A plugin's name stands for the providers it delivers (`--providers sheet`: autodl, jygpu, ...).
-        wanted = {n for n in query.providers if n in chosen}
-        wanted |= {p for p, prov in chosen.items() if prov.plugin in query.providers and p not in query.providers
-                   and not any(n == p for n in query.providers)}
-        chosen = {n: p for n, p in chosen.items() if n in wanted}
-        query = replace(query, providers=tuple(sorted(wanted)))
-    from_store = sorted(n for n, p in chosen.items() if p.origin == "store")
-    offers: list[Offer] = []
-    for name, prov in sorted(chosen.items()):
-        if prov.origin == "bundled":
-            offers += [o for o in bundled[name].offers if query.matches(o)]
-        elif prov.origin == "sheet":
-            offers += [o for o in sheets[name] if query.matches(o)]
-    columns = None
-    if from_store:
-        store_query = replace(query, providers=tuple(from_store))
+    with ExitStack() as reading:
+        # One connection and one read transaction for the providers' states and their offers:
+        # a refresh finishing in between must not pair one night's provenance with another's prices.
         store = open_readonly(store_path())
-        if store is None:
-            raise StoreError("the price store disappeared while reading it; run the command again")
-        with store:
-            if lazy and query.region is None and query.max_hour_price is None:
-                columns = _store_columns(store, store_query)
-            else:
-                offers = store.load_offers(store_query) + offers
+        states = []
+        if store is not None:
+            reading.enter_context(store)
+            reading.enter_context(store.reading())
+            states = [s for s in store.providers() if s.has_data]
+        offers, columns, chosen, sheet_notes = _gather(store, states, query, requested, lazy)
     oldest = min([o.fetched_at for o in offers] + ([when] if columns and (when := columns.oldest()) else []),
                  default=None)
     origins = {p.origin for p in chosen.values()}
@@ -331,6 +307,41 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
         if any(p.stale for p in chosen.values()):
             label += " (some stale: see notes)"
     return OfferSet(offers, origin, chosen, oldest, label, notes, columns=columns)
+
+
+def _gather(store: Any, states: list, query: OfferQuery, requested: list[str] | None, lazy: bool
+            ) -> tuple[list[Offer], StoreColumns | None, dict[str, Provenance], list[str]]:
+    """load_offers' choice of origin per provider and the offers read from each (the store's
+    inside the caller's read transaction)."""
+    snapshot = _bundled_or_none(store_has_data=bool(states))
+    bundled = {p.provider: p for p in snapshot.providers} if snapshot else {}
+    sheets, sheet_notes = _user_sheets()
+    _check_known(requested, {s.name for s in states} | set(bundled) | set(sheets), "the price store or the bundled snapshot")
+    chosen = _choose(states, bundled, sheets)
+    if query.providers is not None:
+        # A plugin's name stands for the providers it delivers (`--providers sheet`: autodl, jygpu, ...).
+        wanted = {n for n in query.providers if n in chosen}
+        wanted |= {p for p, prov in chosen.items() if prov.plugin in query.providers and p not in query.providers
+                   and not any(n == p for n in query.providers)}
+        chosen = {n: p for n, p in chosen.items() if n in wanted}
+        query = replace(query, providers=tuple(sorted(wanted)))
+    from_store = sorted(n for n, p in chosen.items() if p.origin == "store")
+    offers: list[Offer] = []
+    for name, prov in sorted(chosen.items()):
+        if prov.origin == "bundled":
+            offers += [o for o in bundled[name].offers if query.matches(o)]
+        elif prov.origin == "sheet":
+            offers += [o for o in sheets[name] if query.matches(o)]
+    columns = None
+    if from_store:
+        store_query = replace(query, providers=tuple(from_store))
+        if store is None:  # cannot happen: a provider comes from the store only when it is open
+            raise StoreError("the price store disappeared while reading it; run the command again")
+        if lazy and query.region is None and query.max_hour_price is None:
+            columns = _store_columns(store, store_query)
+        else:
+            offers = store.load_offers(store_query) + offers
+    return offers, columns, chosen, sheet_notes
 
 
 def _store_columns(store: Any, query: OfferQuery) -> StoreColumns:

@@ -1027,7 +1027,7 @@ class Store:
         if not names:
             return []
         marks = ",".join("?" * len(names))
-        with _sql_errors(self.path), self._reading():
+        with _sql_errors(self.path), self.reading():
             current = dict(self.db.execute(f"SELECT name, snapshot_id FROM providers WHERE name IN ({marks})", names))
             stored = self.db.execute(f"SELECT provider, snapshot_id, name, encoding, rows, data, meta FROM plan_columns"
                                      f" WHERE provider IN ({marks})", names).fetchall()
@@ -1051,7 +1051,7 @@ class Store:
     def load_current_offers(self, keys: Iterable[tuple[str, str]], snapshots: dict[str, int]) -> list[Offer]:
         """`load_offers_by_key`, but only while each provider's current snapshot is still the one
         in `snapshots`: StoreError when a refresh replaced one since (never a mix of two)."""
-        with _sql_errors(self.path), self._reading():
+        with _sql_errors(self.path), self.reading():
             names = sorted(snapshots)
             marks = ",".join("?" * len(names))
             now = dict(self.db.execute(f"SELECT provider, snapshot_id FROM plan_columns WHERE name = 'offer_id'"
@@ -1275,8 +1275,9 @@ class Store:
         return len(rows)
 
     @contextmanager
-    def _reading(self) -> Iterator[None]:
-        """One read transaction: every SELECT in it sees the same committed state (WAL snapshot)."""
+    def reading(self) -> Iterator[None]:
+        """One read transaction: every SELECT in it sees the same committed state (WAL snapshot),
+        so what is read of the providers and of their offers belongs to the same refreshes."""
         nested = self.db.in_transaction
         if not nested:
             self.db.execute("BEGIN")

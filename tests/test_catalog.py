@@ -224,6 +224,39 @@ def test_a_misspelt_provider_is_an_input_error(rentopt_home):
         load_offers(["vats"])
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_the_providers_states_and_their_offers_are_read_in_one_transaction(rentopt_home, monkeypatch, lazy):
+    """A refresh that commits between reading the providers' states and reading their offers
+    would pair one night's provenance with another night's prices: one connection, one read."""
+    from rentopt.optimizer import store as store_module
+
+    with open_writable(store_path()) as s:
+        s.write_snapshot("vast", [offer("vast", "1")], fetched_at=T0)
+    opened, seen = [], []
+    real_open = catalog.open_readonly
+
+    def counting_open(*args, **kwargs):  # noqa: ANN002, ANN003
+        found = real_open(*args, **kwargs)
+        opened.append(found)
+        return found
+
+    def watch(name):  # noqa: ANN001, ANN202
+        real = getattr(store_module.Store, name)
+
+        def wrapper(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+            seen.append((name, id(self), self.db.in_transaction))
+            return real(self, *args, **kwargs)
+        monkeypatch.setattr(store_module.Store, name, wrapper)
+
+    monkeypatch.setattr(catalog, "open_readonly", counting_open)
+    for name in ("providers", "load_plan_parts", "load_offers"):
+        watch(name)
+    found = load_offers(["vast"], lazy=lazy)
+    assert found.provenance["vast"].origin == "store" and len(opened) == 1
+    assert [n for n, _, _ in seen] == ["providers", "load_plan_parts" if lazy else "load_offers"]
+    assert len({i for _, i, _ in seen}) == 1 and all(inside for _, _, inside in seen)
+
+
 def test_a_corrupt_store_is_reported_not_papered_over(rentopt_home):
     rentopt_home.mkdir(parents=True)
     store_path().write_text("this is not a database, it is a shopping list\n")

@@ -89,7 +89,6 @@ class SnapshotFile(BaseModel):
                                 tuple(tuple(r) for r in h.rows)) for h in section.history]
 
 
-BundledSnapshot = SnapshotFile  # the name older code knows
 
 
 @dataclass(frozen=True)

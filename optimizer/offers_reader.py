@@ -26,7 +26,7 @@ import io
 import math
 import re
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -622,6 +622,3 @@ def _gpu_match(raw: Any, memory: Any, form: Any, link: Any) -> Any:
         return _BAD  # unknown or ambiguous: offers_io says which (or keeps it with gpu_memory_gb)
     return _Match(match.gpu, match.status, get_gpu(match.gpu).memory_gb, match.note)
 
-
-def now_utc() -> datetime:
-    return datetime.now(timezone.utc)

@@ -72,11 +72,6 @@ def known_secrets() -> list[str]:
     return sorted(found | _runtime_secrets, key=len, reverse=True)  # longest first: no partial leftovers
 
 
-def scrub(text: str, extra: Iterable[str | None] = ()) -> str:
-    """Both layers: known secrets (and `extra`), then credential-like URL parameters."""
-    return scrub_url_secrets(redact(text, [*extra, *known_secrets()]))
-
-
 class RedactingFilter(logging.Filter):
     """Rewrites each record's message with every secret scrubbed (it never drops a record)."""
 

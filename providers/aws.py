@@ -30,8 +30,6 @@ from rentopt.providers.base import BillingRules, FetchContext, Provider, to_amou
 
 OFFER_PATH = "/offers/v1.0/aws/AmazonEC2/current/{region}/index.json"
 SPOT_URL = "https://website.spot.ec2.aws.a2z.com/spot.json"
-SPOT_URL_ENV = "RENTOPT_AWS_SPOT_URL"
-SPOT_ENV = "RENTOPT_AWS_SPOT"
 REGIONS_ENV = "RENTOPT_AWS_REGIONS"
 # The two regions with the widest P-instance fleets; each extra region is another big download.
 DEFAULT_REGIONS = ("us-east-1", "us-west-2")

@@ -34,7 +34,6 @@ PRICES_PATH = "/api/retail/prices"
 # case-sensitive (https://learn.microsoft.com/en-us/rest/api/cost-management/retail-prices/azure-retail-prices).
 API_VERSION = "2023-01-01-preview"
 
-REGIONS_ENV = "RENTOPT_AZURE_REGIONS"
 # A handful of regions with the big N-series fleets keeps a refresh to a few pages.
 # "all" in RENTOPT_AZURE_REGIONS drops the region filter (tens of pages).
 DEFAULT_REGIONS = ("eastus", "southcentralus", "westus3", "westeurope")

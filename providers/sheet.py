@@ -154,11 +154,6 @@ class PriceSheet(_Strict):
 # Reading sheets
 
 
-def read_sheet_data(path: Path) -> dict[str, Any]:
-    """The raw mapping in a sheet file; a syntax error names the file and where it is."""
-    return _read(path)[0]
-
-
 def _read(path: Path) -> tuple[dict[str, Any], str]:
     """(mapping, text) of a sheet file, read within the size, nesting and alias limits."""
     try:

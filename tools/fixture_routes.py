@@ -12,9 +12,8 @@
 the request's query (first matching route wins, so list specific routes first); `status`
 (default 200) and `headers` are optional. `host` (optional, "https://other.example") serves a
 route from a second host the provider also reads (AWS's spot feed); without it the route is on
-the provider's API host. The same manifest drives the provider tests (respx),
-the report tests (`replay_transport`) and the refresh benchmark, so all three
-replay exactly the same responses. Dev/test only: nothing here ships in the package.
+the provider's API host. The same manifest drives the provider tests (respx), the report
+tests and the refresh benchmark, so all three replay exactly the same responses. Dev/test only: nothing here ships in the package.
 """
 
 from __future__ import annotations
@@ -24,8 +23,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
-
-import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -88,14 +85,14 @@ def install_respx(router, provider_cls, manifest: Manifest | None = None, base_u
 
 
 # --------------------------------------------------------------------------------------------
-# Replaying a manifest over httpx (report tests, benchmarks)
+# Finding the recorded response for a request; the builtin providers
 
 # What a key-needing plugin is given during the build: it only ever reaches the mock transport.
 PLACEHOLDER_CREDENTIAL = "snapshot-build-placeholder"
 
 
 class ReplayError(Exception):
-    """A request no recorded route answers."""
+    """The fixtures cannot be replayed: a builtin plugin failed to load, or no route answers."""
 
 
 def find_route(manifest: Manifest, method: str, origin: str, path: str, params: dict[str, str],
@@ -110,22 +107,6 @@ def find_route(manifest: Manifest, method: str, origin: str, path: str, params: 
                 and all(params.get(k) == v for k, v in r.params.items()):
             return r
     return None
-
-
-def replay_transport(manifest: Manifest, api_root: str) -> httpx.MockTransport:
-    """An httpx transport that answers from the manifest; an unknown request is a build error."""
-    base = urlsplit(api_root)
-    api_origin = f"{base.scheme}://{base.netloc}"
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        origin = f"{request.url.scheme}://{request.url.netloc.decode()}"
-        route = find_route(manifest, request.method, origin, request.url.path, dict(request.url.params), api_origin)
-        if route is None:
-            raise ReplayError(f"{manifest.provider}: no recorded response for {request.method} {request.url.copy_with(query=None)}")
-        return httpx.Response(route.status, content=route.body(),
-                              headers={"Content-Type": "application/json", **route.headers})
-
-    return httpx.MockTransport(handle)
 
 
 def builtin_providers() -> list:

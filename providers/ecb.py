@@ -87,19 +87,28 @@ async def fetch_reference_rates(settings=None, transport: httpx.AsyncBaseTranspo
 
 
 async def _get(client: httpx.AsyncClient, url: str, settings) -> bytes:
+    """The file's bytes: connection errors and 5xx retried with backoff, a 429 after its
+    Retry-After (a longer wait than the providers would take fails at once), as base.py does."""
+    from rentopt.providers.base import parse_retry_after
+
     attempts = settings.retries + 1
     for attempt in range(1, attempts + 1):
+        # Full jitter on an exponential backoff, as providers/base.py does for the providers.
+        wait = random.uniform(0, settings.backoff_s * 2 ** (attempt - 1))
         try:
             response = await client.get(url)
         except httpx.TransportError:
             if attempt == attempts:
                 raise
         else:
-            if response.status_code < 500 or attempt == attempts:
+            status = response.status_code
+            retry_after = parse_retry_after(response.headers.get("Retry-After")) if status == 429 else None
+            retried = status >= 500 or (status == 429 and (retry_after or 0) <= settings.max_retry_after_s)
+            if not retried or attempt == attempts:
                 response.raise_for_status()
                 return response.content
-        # Full jitter on an exponential backoff, as providers/base.py does for the providers.
-        await asyncio.sleep(random.uniform(0, settings.backoff_s * 2 ** (attempt - 1)))
+            wait = retry_after if retry_after is not None else wait
+        await asyncio.sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -100,3 +100,17 @@ def test_a_body_that_is_not_the_ecb_file_fails_cleanly(ecb_http):
     outcome = asyncio.run(fetch())
     assert outcome.status == "failed" and outcome.rows == []
     assert outcome.error == "not the ECB's reference-rate file (not a zip archive (File is not a zip file))"
+
+
+def test_a_429_is_retried_after_its_retry_after_and_a_long_one_is_not_waited_for(ecb_http):
+    recorded = httpx.Response(200, content=ROUTE.body(), headers=ROUTE.headers)
+
+    async def fetch(answers):  # noqa: ANN001, ANN202
+        with respx.mock() as router:
+            route = serve_ecb(router, side_effect=answers)
+            return await fetch_reference_rates(FAST), route.call_count
+
+    outcome, calls = asyncio.run(fetch([httpx.Response(429, headers={"Retry-After": "0"}), recorded]))
+    assert outcome.status == "ok" and calls == 2 and outcome.rows
+    outcome, calls = asyncio.run(fetch([httpx.Response(429, headers={"Retry-After": "3600"}), recorded]))
+    assert outcome.status == "failed" and calls == 1 and outcome.error.startswith("HTTP 429 from ")

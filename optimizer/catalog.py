@@ -312,9 +312,7 @@ def _gather(store: Any, states: list, query: OfferQuery, requested: list[str] | 
             ) -> tuple[list[Offer], StoreColumns | None, dict[str, Provenance], list[str]]:
     """load_offers' choice of origin per provider and the offers read from each (the store's
     inside the caller's read transaction)."""
-    snapshot = _bundled_or_none(store_has_data=bool(states))
-    bundled = {p.provider: p for p in snapshot.providers} if snapshot else {}
-    sheets, sheet_notes = _user_sheets()
+    bundled, sheets, sheet_notes = _other_sources(states)
     _check_known(requested, {s.name for s in states} | set(bundled) | set(sheets), "the price store or the bundled snapshot")
     chosen = _choose(states, bundled, sheets)
     if query.providers is not None:
@@ -341,6 +339,26 @@ def _gather(store: Any, states: list, query: OfferQuery, requested: list[str] | 
         else:
             offers = store.load_offers(store_query) + offers
     return offers, columns, chosen, sheet_notes
+
+
+def _other_sources(states: list) -> tuple[dict[str, SnapshotProvider], dict[str, list[Offer]], list[str]]:
+    """The bundled snapshot's providers and the user's sheets (with a note per unusable sheet)."""
+    snapshot = _bundled_or_none(store_has_data=bool(states))
+    bundled = {p.provider: p for p in snapshot.providers} if snapshot else {}
+    sheets, sheet_notes = _user_sheets()
+    return bundled, sheets, sheet_notes
+
+
+def load_provenance() -> dict[str, Provenance]:
+    """Per provider, where a quote takes its prices from (`load_offers(...).provenance`) without
+    reading a single stored offer: what `rentopt providers` and refresh's hints need."""
+    store = open_readonly(store_path())
+    states = []
+    if store is not None:
+        with store:
+            states = [s for s in store.providers() if s.has_data]
+    bundled, sheets, _ = _other_sources(states)
+    return _choose(states, bundled, sheets)
 
 
 def _store_columns(store: Any, query: OfferQuery) -> StoreColumns:

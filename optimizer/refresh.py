@@ -131,14 +131,14 @@ def run_refresh(names: list[str] | None = None, *, progress: Progress | None = N
 
 def _point_providers_to_their_plugin(names: list[str], plugins: set[str]) -> None:
     """`refresh --providers gcp`: gcp is a provider the skypilot plugin delivers; say so."""
-    from rentopt.optimizer.catalog import load_offers
+    from rentopt.optimizer.catalog import load_provenance
     from rentopt.optimizer.errors import InputError
 
     unknown = [n for n in names if n not in plugins]
     if not unknown:
         return
     try:
-        provenance = load_offers().provenance
+        provenance = load_provenance()
     except (StoreError, InputError):
         return
     hints = [f"{n} is refreshed by the {provenance[n].plugin} plugin" for n in unknown
@@ -545,7 +545,7 @@ class Overview:
 def provider_overview() -> Overview:
     """Registered plugins with their key status and last run, and per provider where its
     prices come from (the store, the bundled snapshot or a user's sheet). Read-only."""
-    from rentopt.optimizer.catalog import load_offers
+    from rentopt.optimizer.catalog import load_provenance
     from rentopt.providers.base import load_providers
 
     registry, broken = load_providers()
@@ -573,9 +573,8 @@ def provider_overview() -> Overview:
             delivers=mine,
         ))
     try:
-        found = load_offers()
         sources = [OfferSource(p.provider, p.plugin, p.origin, p.offers, p.fetched_at, p.source, p.stale, p.why)
-                   for p in sorted(found.provenance.values(), key=lambda p: p.provider)]
+                   for p in sorted(load_provenance().values(), key=lambda p: p.provider)]
     except StoreError:
         sources = []
     return Overview(rows, list(broken), store_path(), store is not None, sources)

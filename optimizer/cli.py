@@ -652,7 +652,7 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
         raise click.UsageError("--from imports a whole snapshot file; leave out --providers")
     try:
         if source is not None:
-            report = run_import(source)
+            report = run_import(source, settings=settings)
         else:
             report = run_refresh(_comma_list(names), progress=progress, settings=settings)
     except FileSystemError:

@@ -242,7 +242,7 @@ def newer_elsewhere(state, plugin: str, fetched_at: datetime) -> str | None:
             f"(newer than {plugin}'s of {fetched_at:%Y-%m-%d %H:%M} UTC)")
 
 
-def run_import(source: str, *, transport=None, now: datetime | None = None) -> RefreshReport:
+def run_import(source: str, *, transport=None, now: datetime | None = None, settings=None) -> RefreshReport:
     """`rentopt refresh --from FILE|URL`: a snapshot file (`rentopt snapshot export`) into the
     store, as a refresh would: provider by provider, each in its own transaction, the newer data
     winning (a provider whose stored prices are as new or newer keeps them), its history added.
@@ -250,7 +250,7 @@ def run_import(source: str, *, transport=None, now: datetime | None = None) -> R
     from rentopt.optimizer.catalog import parse_snapshot_sections
 
     started = time.perf_counter()
-    raw = _read_source(source, transport)
+    raw = _read_source(source, transport, settings)
     snapshot, problems = parse_snapshot_sections(raw)  # InputError before any side effect
     home = rentopt_home()
     with refresh_lock(home / LOCK_FILENAME), open_writable(store_path()) as store:
@@ -288,14 +288,14 @@ def run_import(source: str, *, transport=None, now: datetime | None = None) -> R
         return RefreshReport(results, store.path)
 
 
-def _read_source(source: str, transport) -> bytes:
+def _read_source(source: str, transport, settings=None) -> bytes:
     from rentopt.optimizer.errors import InputError
 
     if source.startswith(("http://", "https://")):
         from rentopt.providers.team_catalog import ProviderError, fetch_snapshot_bytes
 
         try:
-            return fetch_snapshot_bytes(source, transport=transport)
+            return fetch_snapshot_bytes(source, settings, transport=transport)
         except ProviderError as exc:
             raise InputError(f"cannot fetch the snapshot {source}: {exc.reason}") from None
     try:

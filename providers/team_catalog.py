@@ -32,13 +32,24 @@ class TeamCatalog(Provider):
 
 def fetch_snapshot_bytes(url: str, settings: HttpSettings | None = None,
                          transport: httpx.AsyncBaseTransport | None = None) -> bytes:
-    """The bytes at `url`; ProviderError (with the reason) when it cannot be fetched."""
+    """The bytes at `url`; ProviderError (with the reason) when it cannot be fetched, within the
+    refresh's time budget (a hung server must not stall a nightly cron) and following redirects
+    by base.py's rules only (the client itself follows none)."""
+    settings = settings or HttpSettings.from_env()
 
     async def run() -> bytes:
-        async with httpx.AsyncClient(transport=transport, follow_redirects=True,
+        async with httpx.AsyncClient(transport=transport, follow_redirects=False,
                                      headers={"User-Agent": "rentopt (+https://github.com/rentopt/rentopt)"}) as client:
-            ctx = FetchContext(TeamCatalog(url), client, settings or HttpSettings.from_env())
-            return (await ctx.request("GET", url)).content
+            ctx = FetchContext(TeamCatalog(url), client, settings)
+            budget = asyncio.timeout(settings.budget_s)
+            try:
+                async with budget:
+                    return (await ctx.request("GET", url)).content
+            except TimeoutError:
+                if not budget.expired():
+                    raise
+                raise ctx.error(f"gave up after the {settings.budget_s:g} s time budget: the server answered too "
+                                "slowly or not at all; raise it with --time-budget or RENTOPT_REFRESH_BUDGET") from None
 
     return asyncio.run(run())
 

@@ -237,6 +237,35 @@ def test_import_from_a_url_goes_through_the_shared_http_client(plugins, tmp_path
     assert [o.offer_id for o in offers_of("vast")] == ["cat-1"]
 
 
+def test_a_url_import_follows_redirects_by_the_shared_rules_and_keeps_to_the_time_budget(plugins, tmp_path,
+                                                                                        monkeypatch):
+    import asyncio
+
+    fill_store(plugins)
+    path = tmp_path / "team.json.gz"
+    CliRunner().invoke(cli, ["snapshot", "export", str(path)])
+    monkeypatch.setenv("RENTOPT_HOME", str(tmp_path / "ci-consumer"))
+    with respx.mock() as router:  # a moved file: followed (the request carries no credential)
+        router.get("https://ci.example/old.json.gz").mock(
+            return_value=httpx.Response(301, headers={"Location": "https://cdn.example/prices.json.gz"}))
+        router.get("https://cdn.example/prices.json.gz").mock(return_value=httpx.Response(200, content=path.read_bytes()))
+        result = CliRunner().invoke(cli, ["refresh", "--from", "https://ci.example/old.json.gz"])
+    assert result.exit_code == 0, result.output
+    with respx.mock() as router:  # a loop: base.py's rule names it (httpx's own following said "too many")
+        router.get("https://ci.example/a").mock(return_value=httpx.Response(302, headers={"Location": "/b"}))
+        router.get("https://ci.example/b").mock(return_value=httpx.Response(302, headers={"Location": "/a"}))
+        result = CliRunner().invoke(cli, ["refresh", "--from", "https://ci.example/a"])
+    assert result.exit_code == 2 and "redirect loop" in result.stderr
+
+    async def hang(request):  # noqa: ANN001, ANN202
+        await asyncio.sleep(30)
+
+    with respx.mock(assert_all_called=False) as router:  # cancelled mid-answer: respx never counts it
+        router.get("https://ci.example/slow.json.gz").mock(side_effect=hang)
+        result = CliRunner().invoke(cli, ["refresh", "--from", "https://ci.example/slow.json.gz", "--time-budget", "0.3"])
+    assert result.exit_code == 2 and "gave up after the 0.3 s time budget" in result.stderr
+
+
 @pytest.mark.parametrize("content, message", [
     (b"definitely not json", "not a rentopt snapshot: not valid JSON"),
     (gzip.compress(b'{"format": 1, "providers": []}'), "snapshot format 1; this rentopt reads format 2"),

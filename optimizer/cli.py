@@ -596,8 +596,8 @@ def _comma_list(value: str | None) -> list[str] | None:
               help="Import a snapshot file written by `rentopt snapshot export` (a team's nightly catalog) instead.")
 @click.option("--quiet", is_flag=True, help="Print nothing but errors (for cron); the same as `rentopt -q refresh`.")
 @click.option("--time-budget", type=FiniteFloatRange(min=0, min_open=True, max=86400), metavar="SECONDS",
-              help="Seconds each provider may take in all (every request, retry and wait) before it fails "
-                   "like any other fault. Default: RENTOPT_REFRESH_BUDGET, else 300.")
+              help="Seconds each provider (or a --from URL's download) may take in all (every request, retry "
+                   "and wait) before it fails like any other fault. Default: RENTOPT_REFRESH_BUDGET, else 300.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: exit_code, store, and per provider status, counts, error and problems.")
 @click.pass_obj

@@ -212,10 +212,17 @@ def _lambda_gpu(instance: str) -> Gpu | None:
 
 
 def _vast_gpu(instance: str, name: str) -> Gpu:
-    """`2x-H100_SXM-32-65536` -> "H100 SXM" (the catalog's instance name carries Vast's GPU name)."""
+    """`2x-H100_SXM-32-65536` -> "H100 SXM" (the catalog's instance name carries Vast's GPU name).
+
+    A bare name Vast gives one board form only ("H200": it spells out "H200 NVL") is that form,
+    by the Vast plugin's own rule (providers/vast.py FORM_OF_BARE_NAME).
+    """
+    from rentopt.providers.vast import FORM_OF_BARE_NAME
+
     parts = instance.split("-")
     raw = parts[1].replace("_", " ") if len(parts) >= 2 and parts[0].endswith("x") else name
-    form = "SXM" if "SXM" in raw.upper() else "PCIe" if "PCIE" in raw.upper() else "NVL" if "NVL" in raw.upper() else None
+    form = "SXM" if "SXM" in raw.upper() else "PCIe" if "PCIE" in raw.upper() else "NVL" if "NVL" in raw.upper() else \
+        FORM_OF_BARE_NAME.get(raw)
     return Gpu(raw, form, "nvlink" if form == "SXM" else "pcie" if form else "unknown")
 
 

@@ -163,9 +163,11 @@ def test_catalog_quirks_in_the_recorded_excerpts():
     # Lambda's 8x V100 does not say SXM2 or PCIe: kept, GPU unknown, never guessed
     v100 = offers[("lambda", "gpu_8x_v100/us-east-1")]
     assert (v100.gpu, v100.gpu_memory_gb) == (None, 16.0)
-    # vast: ", CA, NA" has no city; H200 without SXM/NVL stays unknown; 4070S Ti is not in the catalog
+    # vast: ", CA, NA" has no city; a bare "H200" is the SXM card by the Vast plugin's rule (Vast
+    # spells out "H200 NVL"), as the Vast plugin reads it; 4070S Ti is not in the catalog
     assert any(k[1].endswith("/CA, NA") for k in offers if k[0] == "vast")
-    assert {o.gpu for o in outcome.offers if o.gpu_raw == "H200"} == {None}
+    h200 = [o for o in outcome.offers if o.gpu_raw == "H200"]
+    assert h200 and {o.gpu for o in h200} == {"H200-SXM-141GB"} and {o.interconnect for o in h200 if o.gpus > 1} <= {"nvlink"}
     assert "RTX 4070S Ti" in outcome.unknown_gpus
     # Vast gives the memory of all the row's GPUs: 4x-RTX_4070S_Ti ... 'SizeInMiB': 65504 is 4 x 16 GB,
     # 2x-A100_SXM4 with 163840 MiB two 80 GB cards, with 81920 MiB two 40 GB ones

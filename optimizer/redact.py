@@ -2,9 +2,10 @@
 
 Three layers: `redact(text, secrets)` replaces known secret values; `scrub_url_secrets` blanks
 the values of query parameters named like credentials (`?api_key=...`, `&token=...`) and the
-user name and password of a URL (`https://bob:pw@host`), which catches a key we were never told about; and `RedactingFilter`, on every log handler the CLI
-installs and on the loggers of rentopt and httpx, applies both to every log record, because
-httpx logs each request's full URL at INFO.
+user name and password of a URL (`https://bob:pw@host`), which catches a key we were never
+told about; and `RedactingFilter`, on every log handler the CLI installs, on every rentopt
+module's logger (`redacted_logger`) and on the HTTP stack's (`HTTP_LOGGERS`), applies both to
+every log record, because httpx logs each request's full URL at INFO.
 """
 
 from __future__ import annotations

@@ -112,8 +112,13 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     """
     from rentopt.optimizer.settings import settings
 
-    current = settings()  # a bad RENTOPT_* value stops here: one line, exit 2
     ctx.obj = Verbosity(quiet, verbose)
+    # A command's help never depends on the environment (click shows it after this callback and
+    # does not pass the command's own arguments here: they are read from the command line).
+    if any(arg in ("--help", "-h") for arg in sys.argv[1:]):
+        configure_logging(None, quiet=quiet, verbose=verbose)
+        return
+    current = settings()  # a bad RENTOPT_* value stops here: one line, exit 2
     configure_logging(current.log_level, quiet=quiet, verbose=verbose)
 
 
@@ -902,12 +907,8 @@ def _debug_requested() -> bool:
 
 
 def main() -> None:
-    from rentopt.optimizer.settings import SettingsError, settings
-
-    try:
-        configure_logging(settings().log_level)
-    except SettingsError as exc:
-        fail(str(exc), exc.exit_code)
+    # Settings are read (and logging configured) by the group, after click has answered
+    # --version and --help: a bad RENTOPT_* value must not hide the help that explains it.
     try:
         cli.main(prog_name="rentopt", standalone_mode=False)
     except click.UsageError as exc:

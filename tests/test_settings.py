@@ -99,3 +99,22 @@ def test_a_refused_url_with_a_password_never_echoes_the_password(monkeypatch, va
     message = str(err.value)
     assert "credentials in a URL" in message and "mirror.example/api" in message
     assert "hunter2-PW" not in message and "bob" not in message and "sk-QUERY-KEY" not in message
+
+
+def test_version_and_help_work_whatever_the_environment_holds(monkeypatch):
+    """A bad RENTOPT_* value stops commands with one line, but never the --version and --help
+    that explain how to fix it (the real entry point: the settings were read before click)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RENTOPT_HTTP_TIMEOUT": "abc"}
+    run = lambda *args: subprocess.run([sys.executable, "-m", "rentopt", *args], env=env,  # noqa: E731
+                                       capture_output=True, text=True, timeout=120)
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout.startswith("rentopt, version ") and not version.stderr
+    for args in (["--help"], ["quote", "--help"], ["refresh", "-h"]):
+        shown = run(*args)
+        assert shown.returncode == 0 and shown.stdout.startswith("Usage: rentopt") and not shown.stderr, args
+    refused = run("gpus")
+    assert refused.returncode == 2 and refused.stderr.startswith("rentopt: error: RENTOPT_HTTP_TIMEOUT='abc'")

@@ -46,12 +46,14 @@ class StoreError(RentoptError):
 
 
 class ProviderError(RentoptError):
-    """A provider could not be refreshed. `provider` names it; the message never holds a key."""
+    """A provider could not be refreshed. `provider` names it; the message never holds a key.
+    `status`: the HTTP status that ended it, when one did (for a caller's hint, not by parsing text)."""
 
-    def __init__(self, provider: str, message: str):
+    def __init__(self, provider: str, message: str, status: int | None = None):
         super().__init__(f"{provider}: {message}")
         self.provider = provider
         self.reason = message
+        self.status = status
 
 
 class ProviderSchemaError(ProviderError):

@@ -119,7 +119,7 @@ class AwsProvider(Provider):
                 body = await ctx.get_json(url)
             except ProviderError as exc:
                 # An unknown region is answered 403/404 by the price-list host: say which one.
-                hint = f"; is it a real region? check {REGIONS_ENV}" if re.search(r"HTTP 40[34]", exc.reason) else ""
+                hint = f"; is it a real region? check {REGIONS_ENV}" if exc.status in (403, 404) else ""
                 again = ctx.schema_error if isinstance(exc, ProviderSchemaError) else ctx.error
                 raise again(f"price list for {region}: {exc.reason}{hint}") from None
             offers.extend(parse_offer_file(ctx, body, region=region, source=url))

@@ -269,8 +269,8 @@ class FetchContext:
 
     # -- errors ---------------------------------------------------------------------------
 
-    def error(self, message: str) -> ProviderError:
-        return ProviderError(self.provider.name, self.scrub(message))
+    def error(self, message: str, status: int | None = None) -> ProviderError:
+        return ProviderError(self.provider.name, self.scrub(message), status)
 
     def schema_error(self, message: str) -> ProviderSchemaError:
         return ProviderSchemaError(self.provider.name, self.scrub(message))
@@ -398,9 +398,9 @@ class FetchContext:
                 continue
             if status in (401, 403):
                 hint = f"; check {self.provider.key_env}" if self.provider.key_env else ""
-                raise self.error(f"HTTP {status}: the API refused the credentials{hint}")
+                raise self.error(f"HTTP {status}: the API refused the credentials{hint}", status)
             if status >= 400:
-                raise self.error(f"HTTP {status} from {_where(str(response.url))}")
+                raise self.error(f"HTTP {status} from {_where(str(response.url))}", status)
             if 300 <= status < 400 and status not in REDIRECT_STATUSES:
                 raise self.error(f"unexpected HTTP {status} from {_where(url)}")
             return response

@@ -327,12 +327,12 @@ async def _fetch_urls(ctx: FetchContext, base: str) -> dict[str, tuple[str, date
             return cloud, exc
 
     first = await one(URL_CLOUDS[0])
-    if isinstance(first[1], ProviderError) and "HTTP 404" not in first[1].reason:
+    if isinstance(first[1], ProviderError) and first[1].status != 404:
         raise ctx.error(f"{base}: {first[1].reason}")
     found = {}
     for cloud, result in [first, *await asyncio.gather(*(one(c) for c in URL_CLOUDS[1:]))]:
         if isinstance(result, ProviderError):
-            if "HTTP 404" not in result.reason:
+            if result.status != 404:  # a cloud the catalog does not carry is not a failure
                 ctx.provider_errors[cloud] = result.reason
             continue
         when = ctx.fetched_at

@@ -339,3 +339,19 @@ def test_a_plugin_name_selects_the_providers_it_delivers(rentopt_home):
     found = load_offers(["skypilot", "jygpu"])
     assert set(found.provenance) == {"gcp", "azure", "lambda", "vast", "jygpu"}
     assert set(load_offers(["gcp"]).provenance) == {"gcp"}
+
+
+def test_the_snapshot_build_holds_catalog_prices_to_the_sane_bands_as_a_refresh_does(tmp_path, capsys):
+    """A published catalog row at 2,500 USD per GPU-hour for one A10 (a typo, a currency slip) is
+    left out of the bundled snapshot, as `rentopt refresh` leaves it out of the store."""
+    from tools.build_snapshot import skypilot_sections
+
+    folder = tmp_path / "skypilot-v8" / "2026-05-20" / "lambda"
+    folder.mkdir(parents=True)
+    header = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region,GpuInfo,SpotPrice\n"
+    info = '"' + "{'Gpus': [{'Name': 'A10', 'Count': 1, 'MemoryInfo': {'SizeInMiB': 24576}}], 'TotalGpuMemoryInMiB': 24576}" + '"'
+    (folder / "vms.csv").write_text(header + f"gpu_1x_a10,A10,1,30,200,0.75,us-east-1,{info},\n"
+                                    + f"gpu_1x_a10,A10,1,30,200,2500,us-west-1,{info},\n", encoding="utf-8")
+    (section,) = skypilot_sections(tmp_path)
+    assert [o.region for o in section.offers] == ["us-east-1"]
+    assert "1 rows rejected" in capsys.readouterr().err

@@ -96,7 +96,8 @@ def _day(text: str) -> datetime:
 def skypilot_sections(root: Path) -> list:
     from rentopt.optimizer.catalog import SnapshotHistory, SnapshotProvider
     from rentopt.optimizer.store import history_rows
-    from rentopt.providers.base import FetchContext
+    from rentopt.optimizer.errors import ProviderError
+    from rentopt.providers.base import FetchContext, check_offers
     from rentopt.providers.skypilot import CatalogError, SkyPilotProvider, describe_source, parse_catalog
 
     sections = []
@@ -112,6 +113,13 @@ def skypilot_sections(root: Path) -> list:
                 raise SnapshotBuildError(f"{by_date[date]}: {exc}") from None
             if not offers:
                 continue
+            try:  # the checks a refresh runs before storing: prices outside the sane bands go
+                offers = check_offers(ctx, offers)
+            except ProviderError as exc:
+                raise SnapshotBuildError(f"{by_date[date]}: {exc.reason}") from None
+            if ctx.rejected:
+                print(f"{by_date[date]}: {len(ctx.rejected)} rows rejected, first: {ctx.rejected[0][0]}: "
+                      f"{ctx.rejected[0][1]}", file=sys.stderr)
             history.append(SnapshotHistory(fetched_at=when, source=source, offers=len(offers),
                                            rows=[tuple(r) for r in history_rows(offers)]))
             current = (when, source, offers)

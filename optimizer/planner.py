@@ -606,14 +606,8 @@ class _Planner:
         nt, nv = len(tr["row"]), 0 if va is None else len(va["row"])
         keep_t, keep_v = np.ones(nt, dtype=bool), np.ones(nv, dtype=bool)
         if self.first_pass and nt:
-            t_idx, v_idx = np.arange(nt), np.arange(nv)
-            if nt + nv > HEADS_FROM:
-                t_idx, v_idx = self._narrowed(prices, tr, va, import_h)
-            kept = self._prune(prices, _subset(tr, t_idx), None if va is None else _subset(va, v_idx), import_h)
-            keep_t, keep_v = np.zeros(nt, dtype=bool), np.zeros(nv, dtype=bool)
-            keep_t[t_idx[kept.train]] = True
-            keep_v[v_idx[kept.validate]] = True
-            if not kept.train.any():  # nothing meets the deadline or budget: what the diagnosis needs
+            keep_t, keep_v = self._first_pass(prices, tr, va, import_h)
+            if not keep_t.any():  # nothing meets the deadline or budget: what the diagnosis needs
                 keep_t, keep_v = self._for_diagnosis(prices, tr, va, import_h)
         first = {"offers": t.n, "candidates": len(keep_t) + len(keep_v),
                  "after rough pruning": int(keep_t.sum() + keep_v.sum())}
@@ -643,13 +637,22 @@ class _Planner:
         if self.work.deadline_hours is not None:
             relaxed.append(dict(budget=None, deadline=None))
         for limits in relaxed:
-            t_idx, v_idx = np.arange(nt), np.arange(nv)
-            if nt + nv > HEADS_FROM:
-                t_idx, v_idx = self._narrowed(prices, tr, va, import_h, top_k=1, **limits)
-            kept = self._prune(prices, _subset(tr, t_idx), None if va is None else _subset(va, v_idx), import_h,
-                               top_k=1, **limits)
-            keep_t[t_idx[kept.train]] = True
-            keep_v[v_idx[kept.validate]] = True
+            cheapest_t, cheapest_v = self._first_pass(prices, tr, va, import_h, top_k=1, **limits)
+            keep_t |= cheapest_t
+            keep_v |= cheapest_v
+        return keep_t, keep_v
+
+    def _first_pass(self, prices, tr, va, import_h, **limits: Any) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+        """Masks of the training and validation candidates the prune keeps (`limits`: as `_prune`),
+        a large instance narrowed from its group heads first."""
+        nt, nv = len(tr["row"]), 0 if va is None else len(va["row"])
+        t_idx, v_idx = np.arange(nt), np.arange(nv)
+        if nt + nv > HEADS_FROM:
+            t_idx, v_idx = self._narrowed(prices, tr, va, import_h, **limits)
+        kept = self._prune(prices, _subset(tr, t_idx), None if va is None else _subset(va, v_idx), import_h, **limits)
+        keep_t, keep_v = np.zeros(nt, dtype=bool), np.zeros(nv, dtype=bool)
+        keep_t[t_idx[kept.train]] = True
+        keep_v[v_idx[kept.validate]] = True
         return keep_t, keep_v
 
     def _prune(self, prices, tr, va, import_h, *, top_k: int | None = None,  # type: ignore[no-untyped-def]
@@ -673,9 +676,9 @@ class _Planner:
                      np.where(destroy_ok, np.maximum(lease[1], destroy_hi), lease[1]))
         return prune_arrays(
             TrainArrays(bounds_t[0], bounds_t[1], tr["wall"], tr["group"], tr["need"],
-                        tr["tokens"] if work.tokens is None else None, tr["row"] * 2 + tr["kind"]),
+                        tr["tokens"] if work.tokens is None else None, _instances(tr)),
             None if va is None or bounds_v is None else ValidateArrays(
-                bounds_v[0], bounds_v[1], va["wall"], va["destroy_wall"], va["keys"], va["row"] * 2 + va["kind"]),
+                bounds_v[0], bounds_v[1], va["wall"], va["destroy_wall"], va["keys"], _instances(va)),
             LeaseArrays(pairs[0], pairs[1], lease[0], lease[1]),
             idle_hours=float(req.idle_days * 24), top_k=req.top if top_k is None else top_k,
             deadline=None if deadline is None else float(deadline) + _DEADLINE_EPS,
@@ -708,14 +711,14 @@ class _Planner:
         if self.work.tokens is None:  # ranked by cost per token (prune_arrays divides likewise)
             lb_t = lb_t / tr["tokens"]
         head_t = _heads(tr["group"], np.argsort(lb_t))
-        t_inst = tr["row"] * 2 + tr["kind"]
+        t_inst = _instances(tr)
         if va is not None:
             lb_v = floor_cost(va, va["destroy_wall"], np.ones(len(va["row"])))
             head_v = np.zeros(len(va["row"]), dtype=bool)
             by_cost = np.argsort(lb_v)
             for column in va["keys"].T:
                 head_v |= _heads(column, by_cost)
-            v_inst = va["row"] * 2 + va["kind"]
+            v_inst = _instances(va)
             head_v |= np.isin(v_inst, t_inst[head_t])
         first = self._prune(prices, _subset(tr, np.flatnonzero(head_t)),
                             None if va is None else _subset(va, np.flatnonzero(head_v)), import_h, **limits)
@@ -724,14 +727,14 @@ class _Planner:
         want_t = head_t | (lb_t <= np.minimum(group_ub[tr["group"]], first.threshold))
         if va is None:
             return np.flatnonzero(want_t), np.zeros(0, dtype=np.int64)
-        limit_v = np.full(len(va["row"]), -np.inf)  # the most a key of each allows (-inf: no key)
-        for column in va["keys"].T:
-            limit = np.where(column >= 0, np.inf, -np.inf)  # a key with no partner among the heads: keep
-            for key, (walls, second) in first.second_by_wall.items():
-                mine = np.flatnonzero(column == key)
-                at = np.searchsorted(walls, va["destroy_wall"][mine], side="right")
-                limit[mine] = np.where(at > 0, second[np.maximum(at - 1, 0)], np.inf)
-            limit_v = np.maximum(limit_v, limit)
+        limit_v = np.full(len(va["row"]), -np.inf)  # the most any key of each allows
+        for key, mine in rows_per_key(va["keys"], np.ones(len(va["row"]), dtype=bool)).items():
+            if key not in first.second_by_wall:  # no partner among the heads: keep
+                limit_v[mine] = np.inf
+                continue
+            walls, second = first.second_by_wall[key]
+            at = np.searchsorted(walls, va["destroy_wall"][mine], side="right")
+            limit_v[mine] = np.maximum(limit_v[mine], np.where(at > 0, second[np.maximum(at - 1, 0)], np.inf))
         want_v = head_v | (lb_v <= limit_v) | np.isin(v_inst, t_inst[want_t])
         return np.flatnonzero(want_t), np.flatnonzero(want_v)
 
@@ -809,11 +812,10 @@ class _Planner:
             return np.zeros(0)
         (cur, currencies), (day, days) = t.category("currency"), t.category("fetched_at")
         pair = cur.astype(np.int64) * len(days) + day
-        pair_code = _dense(pair)
-        pairs = np.flatnonzero(np.bincount(pair))  # the pairs present, ascending: as _dense numbers them
-        rates = np.array([float(self.fx.convert(Decimal(1), currencies[int(p) // len(days)], ccy,
-                                                on=days[int(p) % len(days)])) for p in pairs])
-        return rates[pair_code]
+        rates = np.zeros(int(pair.max()) + 1)
+        for p in np.flatnonzero(np.bincount(pair)):  # the (currency, day) pairs present
+            rates[p] = float(self.fx.convert(Decimal(1), currencies[int(p) // len(days)], ccy, on=days[int(p) % len(days)]))
+        return rates[pair]
 
     def _train_arrays(self, shapes, kinds, usable, import_h, export_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
         req, work, t = self.req, self.work, self.table
@@ -964,10 +966,10 @@ class _Planner:
         if va is None or not len(va["row"]) or not len(tr["row"]):
             return empty
         prep = self.prep
-        t_key = tr["row"] * 2 + tr["kind"]
+        t_key = _instances(tr)
         order = np.argsort(t_key, kind="stable")
         sorted_keys = t_key[order]
-        v_key = va["row"] * 2 + va["kind"]
+        v_key = _instances(va)
         start = np.searchsorted(sorted_keys, v_key, side="left")
         stop = np.searchsorted(sorted_keys, v_key, side="right")
         counts = stop - start
@@ -1109,6 +1111,11 @@ def _dense(codes: np.ndarray) -> np.ndarray:
         return codes
     present = np.bincount(codes) > 0
     return (np.cumsum(present) - 1)[codes]
+
+
+def _instances(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """Each candidate's instance: its offer row and price kind (a lease continues on it)."""
+    return arrays["row"] * 2 + arrays["kind"]
 
 
 def _subset(arrays: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:

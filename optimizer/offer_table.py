@@ -204,13 +204,7 @@ class OfferTable:
         largest = max(parts, key=lambda p: p.n)
         for name in LIST_COLUMNS:
             if name in largest._codes:  # categorical in the big part: merge codes, decode once
-                index: dict = {}
-                merged = []
-                for p in parts:
-                    codes, values = p.category(name)
-                    remap = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)
-                    merged.append(remap[codes] if len(values) else np.zeros(0, np.int32))
-                columns[name] = Codes(np.concatenate(merged), list(index))
+                columns[name] = _merge_codes(p.category(name) for p in parts)
             else:
                 joined: list = []
                 for p in parts:
@@ -341,16 +335,11 @@ def merge_parts(parts: Sequence[Part]) -> Part:
                 joined.extend(as_list(v, p.n, name))
             columns[name] = joined
         else:
-            index: dict = {}
-            merged = []
+            coded = []
             for v, p in zip(values, parts):
                 v = Const(LIST_DEFAULTS[name]) if v is None else v
-                if isinstance(v, Const):
-                    merged.append(np.full(p.n, index.setdefault(v.value, len(index)), dtype=np.int32))
-                else:
-                    remap = np.array([index.setdefault(x, len(index)) for x in v.values], dtype=np.int32)
-                    merged.append(remap[v.codes] if len(v.values) else np.zeros(0, np.int32))
-            columns[name] = Codes(np.concatenate(merged), list(index))
+                coded.append((np.zeros(p.n, dtype=np.int32), [v.value]) if isinstance(v, Const) else (v.codes, v.values))
+            columns[name] = _merge_codes(coded)
     prices: dict = {}
     for name in PRICE_COLUMNS:
         values = [p.prices.get(name, Const(_NAN)) for p in parts]
@@ -361,6 +350,17 @@ def merge_parts(parts: Sequence[Part]) -> Part:
                                            for v, p in zip(values, parts)], axis=1)
     terms, notes = _shifted(parts, starts)
     return Part(int(starts[-1]), columns, prices, terms, notes)
+
+
+def _merge_codes(coded: Iterable[tuple[np.ndarray, list]]) -> Codes:
+    """Several sources' (codes, values) of one string column, rows one after the other, as one
+    `Codes` (each distinct value once)."""
+    index: dict = {}
+    merged = []
+    for codes, values in coded:
+        remap = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)
+        merged.append(remap[codes] if len(values) else np.zeros(0, np.int32))
+    return Codes(np.concatenate(merged) if merged else np.zeros(0, np.int32), list(index))
 
 
 def _shifted(parts: Sequence[Any], starts: np.ndarray) -> tuple[dict, dict]:

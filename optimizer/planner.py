@@ -67,6 +67,7 @@ from rentopt.optimizer.solver import (
     prune_arrays,
     rows_per_key,
     solve,
+    stable_order,
 )
 from rentopt.optimizer.models import (
     BillingLine,
@@ -790,7 +791,7 @@ class _Planner:
             key = key * (int(part.max()) + 1 if len(part) else 1) + part
         keys = key[rows]
         inverse = _dense(keys) if keys.max() < 8 * len(keys) + 1024 else np.unique(keys, return_inverse=True)[1]
-        order = np.argsort(inverse, kind="stable")  # by shape, rows ascending within each
+        order = stable_order(inverse)  # by shape, rows ascending within each
         bounds = np.cumsum(np.bincount(inverse))[:-1]
         out = {}
         for members in np.split(rows[order], bounds):
@@ -1090,7 +1091,7 @@ HEADS = 8
 def _heads(group: np.ndarray, by_cost: np.ndarray) -> np.ndarray:
     """The HEADS cheapest members of each group (group -1: none), as a mask; `by_cost` is the
     members' order by cost (np.argsort), shared by the groupings of one cost."""
-    order = by_cost[np.argsort(group[by_cost], kind="stable")]  # by group, cheapest first within
+    order = by_cost[stable_order(group[by_cost] + 1)]  # by group, cheapest first within (-1 first)
     sorted_group = group[order]
     start = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
     rank = np.arange(len(order)) - np.repeat(start, np.diff(np.r_[start, len(order)]))

@@ -288,13 +288,21 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
     return Kept(kept_t, kept_v, kept_leases, dropped, group_ub, float(threshold), second_by_wall)
 
 
+def stable_order(codes: np.ndarray) -> np.ndarray:
+    """np.argsort(codes, kind="stable") of integer codes. Codes that fit in 16 bits are sorted as
+    such: numpy sorts those by radix, in linear time (1.5M group codes: 0.02 s, 0.12 s as int64)."""
+    if len(codes) and codes.min() >= 0 and codes.max() < 2**16:
+        return np.argsort(codes.astype(np.uint16), kind="stable")
+    return np.argsort(codes, kind="stable")
+
+
 def rows_per_key(keys: np.ndarray, alive: np.ndarray) -> dict[int, np.ndarray]:
     """For each key, the alive rows that satisfy it (one sort, no per-key scan of all rows)."""
     rows = np.repeat(np.arange(len(keys)), keys.shape[1])
     flat = keys.ravel()
     ok = alive[rows] & (flat >= 0)
     rows, flat = rows[ok], flat[ok]
-    order = np.lexsort((rows, flat))
+    order = stable_order(flat)  # rows stay ascending within a key: they are ascending already
     rows, flat = rows[order], flat[order]
     cut = np.flatnonzero(np.diff(flat)) + 1
     # rows are ascending within a key, and a row lists each key once

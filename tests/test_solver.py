@@ -209,3 +209,24 @@ def test_an_upper_bound_from_a_destroy_the_idle_rule_refuses_does_not_hide_a_che
     for method in ("enumeration", "cp-sat"):
         plans = solve(inst, 1, method=method).plans
         assert [(p.choice.train, p.total, bool(p.unknown)) for p in plans] == [("tb", D("9.00"), False)], method
+
+
+@pytest.mark.parametrize("high", [5, 2**16 - 1, 2**16, 2**40])
+def test_stable_order_is_a_stable_sort_of_the_codes(high: int) -> None:
+    """Small codes take numpy's radix path, large ones the general sort: both must order equal
+    codes by position (rows_per_key and the planner's group heads rely on it). Checked against
+    Python's own stable sort."""
+    import numpy as np
+
+    from rentopt.optimizer.solver import rows_per_key, stable_order
+
+    rng = np.random.default_rng(high)
+    codes = np.concatenate([rng.integers(0, 4, 300), rng.integers(high - 3, high + 1, 300)]).astype(np.int64)
+    rng.shuffle(codes)
+    expected = sorted(range(len(codes)), key=lambda i: codes[i])  # Python's sort is stable
+    assert stable_order(codes).tolist() == expected
+    keys = np.stack([codes, np.where(codes % 2 == 0, -1, codes + 1)], axis=1)
+    found = rows_per_key(keys, np.arange(len(codes)) % 3 != 0)
+    for key, rows in found.items():
+        assert rows.tolist() == [r for r in range(len(codes)) if r % 3 != 0 and key in keys[r].tolist()]
+    assert set(found) == {int(k) for r in range(len(codes)) if r % 3 != 0 for k in keys[r] if k >= 0}

@@ -1149,7 +1149,8 @@ class PriceColumns:
         self.terms = {row: tuple((h, p * factor[row]) for h, p in blocks)
                       for (k, row), blocks in table.terms.items() if k == kind}
         self.slack = float(_slack(currency))
-        bills = np.array(table.stopped_bills, dtype=object)
+        codes, rules = table.category("stopped_bills")
+        bills = np.array(rules, dtype=object)[codes]
         self.everything, self.nothing = bills == "everything", bills == "nothing"
         self.metered_only = np.isnan(self.day) & np.isnan(self.week) & np.isnan(self.month)
         for row in self.terms:

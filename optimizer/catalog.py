@@ -129,11 +129,19 @@ class StoreColumns:
 
     path: Path
     snapshots: dict[str, int]  # provider -> the snapshot id the columns are of
-    part: Any  # offer_table.Part
+    parts: list  # offer_table.Part of each provider, rows one after the other (merged once, by `table`)
 
     @property
     def n(self) -> int:
-        return int(self.part.n)
+        return sum(int(p.n) for p in self.parts)
+
+    @property
+    def part(self) -> Any:
+        from rentopt.optimizer.offer_table import merge_parts
+
+        if len(self.parts) != 1:
+            self.parts = [merge_parts(self.parts)]
+        return self.parts[0]
 
     def keys(self) -> list[tuple[str, str]]:
         from rentopt.optimizer.offer_table import as_list
@@ -151,22 +159,31 @@ class StoreColumns:
             raise StoreError("prices changed while quoting (a refresh just finished); run the quote again")
         return loaded
 
-    def table(self) -> OfferTable:
+    def table(self, others: Sequence[Offer] = ()) -> OfferTable:
+        """The columns as a table, `others` (offers from other sources) as rows after them:
+        joined in one merge, so a million stored rows are copied once."""
+        from rentopt.optimizer.offer_table import OfferTable, merge_parts
+
+        n = self.n
+
         def resolve(rows: Sequence[int]) -> list[Offer]:
             # the keys of the kept rows only (a quote keeps a few hundred of a million)
-            wanted = [(table.provider[r], table.offer_id[r]) for r in rows]
+            wanted = [(table.provider[r], table.offer_id[r]) for r in rows if r < n]
             loaded = self.load(wanted)
-            return [loaded[k] for k in wanted]
+            return [loaded[(table.provider[r], table.offer_id[r])] if r < n else others[r - n] for r in rows]
 
-        table = self.part.table(resolve)
+        extra = [OfferTable.from_offers(others).part()] if others else []
+        table = merge_parts([*self.parts, *extra]).table(resolve)
         return table
 
     def oldest(self) -> datetime | None:
         from rentopt.optimizer.offer_table import Const
 
-        when = self.part.columns.get("fetched_at")
-        values = [when.value] if isinstance(when, Const) else list(getattr(when, "values", when) or [])
-        return min(values, default=None)
+        values = []
+        for part in self.parts:
+            when = part.columns.get("fetched_at")
+            values += [when.value] if isinstance(when, Const) else list(getattr(when, "values", when) or [])
+        return min((v for v in values if v is not None), default=None)
 
 
 @dataclass
@@ -233,6 +250,8 @@ class OfferSet:
         keeps, read from the store only for those."""
         from rentopt.optimizer.offer_table import OfferTable
 
+        if isinstance(self.columns, StoreColumns):
+            return self.columns.table(self.offers)
         mine = OfferTable.from_offers(self.offers)
         return mine if self.columns is None else OfferTable.concat([self.columns.table(), mine])
 
@@ -366,11 +385,9 @@ def _store_columns(store: Any, query: OfferQuery) -> StoreColumns:
     from rentopt.optimizer.offer_table import merge_parts
 
     read = store.load_plan_parts(query.providers or ())
-    parts = [p for _, _, p in read]
-    merged = merge_parts(parts)
-    found = StoreColumns(store.path, {name: sid for name, sid, _ in read}, merged)
+    found = StoreColumns(store.path, {name: sid for name, sid, _ in read}, [p for _, _, p in read])
     if any(v is not None for v in (query.gpus, query.min_gpus, query.min_gpu_memory_gb, query.spot, query.currency)):
-        found.part = _filtered(found.part, query)
+        found.parts = [_filtered(merge_parts(found.parts), query)]
     return found
 
 

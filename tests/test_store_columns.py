@@ -78,6 +78,41 @@ def test_joined_sources_keep_each_ones_terms_and_notes_on_its_own_rows(tmp_path)
     assert_same_table(OfferTable.concat([OfferTable.from_offers(first), OfferTable.from_offers(second)]), want)
 
 
+def test_a_store_table_joined_with_other_offers_is_one_table_resolving_both(rentopt_home):
+    """The quote's table: every stored provider and the offers of other sources (bundled, sheets)
+    merged once. Its string columns stay coded (a million stored rows are never decoded into
+    lists), and the resolver gives each row's full offer from the store or from the others."""
+    from rentopt.optimizer.offer_table import Strings
+
+    stored = [offer("a1"), offer("a2", currency="CNY")]
+    beta = [offer("b1", provider="beta", gpu="H100-SXM-80GB", gpu_raw="H100 SXM", gpus=8)]
+    others = [offer("z1", provider="zeta", gpu="RTX-4090-24GB", gpu_raw="RTX 4090", gpus=1, gpu_memory_gb=24.0,
+                    interconnect="pcie", price_options=[PriceOption(unit="term", amount=Decimal("300"), term_hours=100)]),
+              offer("z2", provider="zeta", currency="EUR", extra={"gpu_note": "from a sheet"})]
+    with open_writable(store_path()) as s:
+        s.write_snapshot("alpha", stored, fetched_at=T0)
+        s.write_snapshot("beta", beta, fetched_at=T0)
+    found = load_offers(["alpha", "beta"], lazy=True)
+    table = found.columns.table(others)
+    assert_same_table(table, OfferTable.from_offers(stored + beta + others))
+    assert table.terms == {(0, 3): ((100.0, 300.0),)} and table.extra_notes == {4: "from a sheet"}
+    assert all(isinstance(getattr(table, name), Strings) for name in ("provider", "gpu", "currency", "fetched_at"))
+    assert [o.key for o in table.offers([4, 0, 3, 2])] == [("zeta", "z2"), ("alpha", "a1"), ("zeta", "z1"), ("beta", "b1")]
+    assert table.offers([4])[0] is others[1]  # the others' own objects, not read again
+
+
+def test_strings_read_like_the_list_they_code() -> None:
+    import numpy as np
+
+    from rentopt.optimizer.offer_table import Strings
+
+    column = Strings(np.array([1, 0, 1, 2], dtype=np.int32), ["a", "b", None])
+    assert column == ["b", "a", "b", None] and ["b", "a", "b", None] == column and column != ["b", "a", "b"]
+    assert len(column) == 4 and column[2] == "b" and column[np.int64(3)] is None and column[1:3] == ["a", "b"]
+    assert list(column) == ["b", "a", "b", None] and column.index("a") == 1 and "c" not in column
+    assert column.take(np.array([3, 0])) == [None, "b"]
+
+
 def _old_style(db, provider: str, snapshot_id: int, offers: list[Offer]) -> None:
     """What rentopt wrote before m005 for one refresh of `provider` (its write_snapshot, by hand)."""
     ts = store.timestamp(offers[0].fetched_at)

@@ -185,7 +185,12 @@ class _Reader:
         import pandas as pd
 
         wanted = sorted(set(self.column[name] for name in self.column if name not in ("region", "source")))
-        frames = pd.read_csv(io.BytesIO(memoryview(data)[start:]), header=None, dtype=str, na_filter=False, engine="c",
+        # every column but the ids as categories: the tokenizer codes them itself, making a Python
+        # string per distinct cell instead of one per cell (1M lines: 0.9 s instead of 1.35 s with
+        # factorizing str columns)
+        ids = self.column.get("offer_id")
+        kinds = {i: (str if i == ids else "category") for i in wanted}
+        frames = pd.read_csv(io.BytesIO(memoryview(data)[start:]), header=None, dtype=kinds, na_filter=False, engine="c",
                              quoting=csv.QUOTE_NONE, chunksize=_FRAME_LINES, usecols=wanted, skip_blank_lines=False)
         line = 2
         for frame in frames:
@@ -342,7 +347,7 @@ class _Reader:
         note_rows = np.flatnonzero(noted)  # positions among the kept lines
         k = lambda a: a[keep]  # noqa: E731
         columns = {
-            "provider": Codes(k(p_codes), providers), "offer_id": [ids[i] for i in keep],
+            "provider": Codes(k(p_codes), providers), "offer_id": ids if len(keep) == n else [ids[i] for i in keep],
             "gpu": Codes(k(inverse).astype(np.int32), [m.gpu if m else None for m in matches]),
             "gpu_raw": Codes(k(gpu_c), [None if g is _BAD else g for g in gpu_raws]),
             "gpu_status": Codes(k(inverse).astype(np.int32), status),
@@ -457,9 +462,12 @@ class _Frame:
         return self.frame[self.column[name]].tolist() if name in self.column else None
 
     def distinct(self, name: str) -> tuple[np.ndarray, list[str]]:
+        column = self.frame[self.column[name]]
+        if column.dtype == "category":
+            return column.cat.codes.to_numpy().astype(np.int32, copy=False), [str(v) for v in column.cat.categories]
         import pandas as pd
 
-        codes, uniques = pd.factorize(self.frame[self.column[name]], sort=False)
+        codes, uniques = pd.factorize(column, sort=False)
         return codes.astype(np.int32, copy=False), list(uniques)
 
     def row(self, i: int) -> list[str]:

@@ -125,28 +125,21 @@ class Provenance:
 @dataclass
 class StoreColumns:
     """A lazy set's offers from the price store, as planning columns: its full offers are read
-    only for the rows a quote keeps, and only while the store still holds these snapshots."""
+    only for the rows a quote keeps, and only while the store still holds these snapshots. The
+    columns hold the set's other offers (bundled, sheets) after the stored rows, merged as they
+    were read: a million stored rows are copied once, never again to join a few thousand."""
 
     path: Path
     snapshots: dict[str, int]  # provider -> the snapshot id the columns are of
-    parts: list  # offer_table.Part of each provider, rows one after the other (merged once, by `table`)
-
-    @property
-    def n(self) -> int:
-        return sum(int(p.n) for p in self.parts)
-
-    @property
-    def part(self) -> Any:
-        from rentopt.optimizer.offer_table import merge_parts
-
-        if len(self.parts) != 1:
-            self.parts = [merge_parts(self.parts)]
-        return self.parts[0]
+    part: Any  # offer_table.Part: the `n` stored rows, then one per offer of `others`
+    n: int
+    others: list[Offer] = field(default_factory=list)
 
     def keys(self) -> list[tuple[str, str]]:
         from rentopt.optimizer.offer_table import as_list
 
-        return list(zip(as_list(self.part.columns["provider"], self.n, "provider"), self.part.columns["offer_id"]))
+        providers = as_list(self.part.columns["provider"], self.part.n, "provider")
+        return list(zip(providers[:self.n], self.part.columns["offer_id"][:self.n]))
 
     def load(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Offer]:
         """The full offers of `keys`, all of them, from the snapshots the columns are of."""
@@ -159,12 +152,9 @@ class StoreColumns:
             raise StoreError("prices changed while quoting (a refresh just finished); run the quote again")
         return loaded
 
-    def table(self, others: Sequence[Offer] = ()) -> OfferTable:
-        """The columns as a table, `others` (offers from other sources) as rows after them:
-        joined in one merge, so a million stored rows are copied once."""
-        from rentopt.optimizer.offer_table import OfferTable, merge_parts
-
-        n = self.n
+    def table(self) -> OfferTable:
+        """The columns as a table; its resolver reads the stored rows' full offers from the store."""
+        n, others = self.n, self.others
 
         def resolve(rows: Sequence[int]) -> list[Offer]:
             # the keys of the kept rows only (a quote keeps a few hundred of a million)
@@ -172,18 +162,15 @@ class StoreColumns:
             loaded = self.load(wanted)
             return [loaded[(table.provider[r], table.offer_id[r])] if r < n else others[r - n] for r in rows]
 
-        extra = [OfferTable.from_offers(others).part()] if others else []
-        table = merge_parts([*self.parts, *extra]).table(resolve)
+        table = self.part.table(resolve)
         return table
 
     def oldest(self) -> datetime | None:
         from rentopt.optimizer.offer_table import Const
 
-        values = []
-        for part in self.parts:
-            when = part.columns.get("fetched_at")
-            values += [when.value] if isinstance(when, Const) else list(getattr(when, "values", when) or [])
-        return min((v for v in values if v is not None), default=None)
+        when = self.part.columns.get("fetched_at")
+        values = [when.value] if isinstance(when, Const) else list(getattr(when, "values", when) or [])
+        return min(values, default=None)
 
 
 @dataclass
@@ -251,7 +238,7 @@ class OfferSet:
         from rentopt.optimizer.offer_table import OfferTable
 
         if isinstance(self.columns, StoreColumns):
-            return self.columns.table(self.offers)
+            return self.columns.table()  # the other offers are in its columns
         mine = OfferTable.from_offers(self.offers)
         return mine if self.columns is None else OfferTable.concat([self.columns.table(), mine])
 
@@ -354,7 +341,7 @@ def _gather(store: Any, states: list, query: OfferQuery, requested: list[str] | 
         if store is None:  # cannot happen: a provider comes from the store only when it is open
             raise StoreError("the price store disappeared while reading it; run the command again")
         if lazy and query.region is None and query.max_hour_price is None:
-            columns = _store_columns(store, store_query)
+            columns = _store_columns(store, store_query, offers)
         else:
             offers = store.load_offers(store_query) + offers
     return offers, columns, chosen, sheet_notes
@@ -380,15 +367,18 @@ def load_provenance() -> dict[str, Provenance]:
     return _choose(states, bundled, sheets)
 
 
-def _store_columns(store: Any, query: OfferQuery) -> StoreColumns:
-    """The store's offers matching `query` (no region or price filter) as planning columns."""
-    from rentopt.optimizer.offer_table import merge_parts
+def _store_columns(store: Any, query: OfferQuery, others: list[Offer]) -> StoreColumns:
+    """The store's offers matching `query` (no region or price filter) as planning columns,
+    `others` (offers of other sources) after them."""
+    from rentopt.optimizer.offer_table import OfferTable, merge_parts
 
-    read = store.load_plan_parts(query.providers or ())
-    found = StoreColumns(store.path, {name: sid for name, sid, _ in read}, [p for _, _, p in read])
+    extra = OfferTable.from_offers(others).part()
     if any(v is not None for v in (query.gpus, query.min_gpus, query.min_gpu_memory_gb, query.spot, query.currency)):
-        found.parts = [_filtered(merge_parts(found.parts), query)]
-    return found
+        snapshots, stored = store.load_plan_part(query.providers or ())
+        stored = _filtered(stored, query)
+        return StoreColumns(store.path, snapshots, merge_parts([stored, extra]), stored.n, others)
+    snapshots, part = store.load_plan_part(query.providers or (), extra=extra)
+    return StoreColumns(store.path, snapshots, part, part.n - extra.n, others)
 
 
 def _filtered(part: Any, query: OfferQuery) -> Any:

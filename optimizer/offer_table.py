@@ -357,38 +357,47 @@ def merge_parts(parts: Sequence[Part]) -> Part:
         return parts[0]
     if not parts:
         return Part(0, {name: [] for name in LIST_COLUMNS} | {"gpus": [], "gpu_memory_gb": []})
-    starts = np.cumsum([0] + [p.n for p in parts])
-    columns: dict = {}
-    for name in {k for p in parts for k in p.columns}:
-        values = [p.columns.get(name) for p in parts]
-        if all(isinstance(v, Const) for v in values) and len({repr(v.value) for v in values}) == 1:
-            columns[name] = values[0]
-        elif name in ARRAY_COLUMNS:
-            dtype = ARRAY_COLUMNS[name]
-            columns[name] = np.concatenate([as_array(Const(ARRAY_DEFAULTS.get(name)) if v is None else v, p.n, dtype, name)
-                                            for v, p in zip(values, parts)])
-        elif all(isinstance(v, list) for v in values):  # offer ids
-            joined: list = []
-            for v, p in zip(values, parts):
-                joined.extend(as_list(v, p.n, name))
-            columns[name] = joined
-        else:  # coded or constant somewhere (a store or file part): code the list parts, decode nothing
-            coded = []
-            for v, p in zip(values, parts):
-                v = Const(LIST_DEFAULTS[name]) if v is None else v
-                coded.append((np.zeros(p.n, dtype=np.int32), [v.value]) if isinstance(v, Const) else
-                             _list_codes(v) if isinstance(v, list) else (v.codes, v.values))
-            columns[name] = _merge_codes(coded)
-    prices: dict = {}
-    for name in PRICE_COLUMNS:
-        values = [p.prices.get(name, Const(_NAN)) for p in parts]
-        if all(isinstance(v, Const) for v in values) and len({repr(v.value) for v in values}) == 1:
-            prices[name] = values[0]
-        else:
-            prices[name] = np.concatenate([constant(v.value, (2, p.n), np.float64) if isinstance(v, Const) else v
-                                           for v, p in zip(values, parts)], axis=1)
+    sizes = [p.n for p in parts]
+    columns = {name: merge_column(name, [p.columns.get(name) for p in parts], sizes)
+               for name in {k for p in parts for k in p.columns}}
+    prices = {name: merge_prices([p.prices.get(name, Const(_NAN)) for p in parts], sizes) for name in PRICE_COLUMNS}
+    starts = np.cumsum([0] + sizes)
     terms, notes = _shifted(parts, starts)
     return Part(int(starts[-1]), columns, prices, terms, notes)
+
+
+def merge_column(name: str, values: Sequence[Any], sizes: Sequence[int]) -> Any:
+    """One column of several sources (`values[i]` of `sizes[i]` rows; None: the source has no
+    such column, so the Offer default) as one column, rows one after the other."""
+    if len(values) == 1 and values[0] is not None:
+        return values[0]
+    if all(isinstance(v, Const) for v in values) and len({repr(v.value) for v in values}) == 1:
+        return values[0]
+    if name in ARRAY_COLUMNS:
+        dtype = ARRAY_COLUMNS[name]
+        return np.concatenate([as_array(Const(ARRAY_DEFAULTS.get(name)) if v is None else v, n, dtype, name)
+                               for v, n in zip(values, sizes)])
+    if all(isinstance(v, list) for v in values):  # offer ids
+        joined: list = []
+        for v in values:
+            joined.extend(v)
+        return joined
+    coded = []  # coded or constant somewhere (a store or file part): code the list parts, decode nothing
+    for v, n in zip(values, sizes):
+        v = Const(LIST_DEFAULTS[name]) if v is None else v
+        coded.append((np.zeros(n, dtype=np.int32), [v.value]) if isinstance(v, Const) else
+                     _list_codes(v) if isinstance(v, list) else (v.codes, v.values))
+    return _merge_codes(coded)
+
+
+def merge_prices(values: Sequence[Any], sizes: Sequence[int]) -> Any:
+    """One price column ((2, n) arrays or `Const`) of several sources, rows one after the other."""
+    if len(values) == 1:
+        return values[0]
+    if all(isinstance(v, Const) for v in values) and len({repr(v.value) for v in values}) == 1:
+        return values[0]
+    return np.concatenate([constant(v.value, (2, n), np.float64) if isinstance(v, Const) else v
+                           for v, n in zip(values, sizes)], axis=1)
 
 
 def _merge_codes(coded: Iterable[tuple[np.ndarray, list]]) -> Codes:

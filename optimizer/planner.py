@@ -897,8 +897,8 @@ class _Planner:
         out_h_all = _transfer_hours(float(prep.destroy_gb), t.net_up_mbps)
         hours_all = float(req.validate_hours) + import_h  # type: ignore[arg-type]
         has = {k: t.has_kind(k) for k in kinds}
-        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("row", "kind", "sig", "fit", "hours", "out",
-                                                             "model_key", "arch_key")}
+        rows_of: list[np.ndarray] = []
+        pieces: list[tuple[int, int, int, int, int]] = []  # per (shape, signature, kind): kind, sig, fit, keys
         self.v_fits: list[Fit] = []
         for key, (gpu, shape, rows) in shapes.items():
             sigs = by_arch.get(gpu.architecture)
@@ -918,21 +918,18 @@ class _Planner:
                 model_key = self.keys.setdefault((gpu.id, sig), len(self.keys))
                 arch_key = self.keys.setdefault(("arch:" + gpu.architecture, sig), len(self.keys))
                 for kind in kinds:
-                    mine = rows[has[kind][rows]]
-                    cols["row"].append(mine)
-                    cols["kind"].append(np.full(len(mine), kind))
-                    cols["sig"].append(np.full(len(mine), numbered[sig]))
-                    cols["fit"].append(np.full(len(mine), fit_id))
-                    cols["hours"].append(hours_all[mine])
-                    cols["out"].append(out_h_all[mine])
-                    cols["model_key"].append(np.full(len(mine), model_key))
-                    cols["arch_key"].append(np.full(len(mine), arch_key))
-        va = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in cols.items()}
-        for k in ("row", "kind", "sig", "fit", "model_key", "arch_key"):
-            va[k] = va[k].astype(np.int64)
-        va["keys"] = np.stack([va["model_key"], va["arch_key"]], axis=1)
-        va["wall"] = va["hours"]
-        va["destroy_wall"] = va["hours"] + va["out"]
+                    rows_of.append(rows[has[kind][rows]])
+                    pieces.append((kind, numbered[sig], fit_id, model_key, arch_key))
+        piece_table = np.array(pieces, dtype=np.int64).reshape(-1, 5)
+        row = np.concatenate(rows_of).astype(np.int64) if rows_of else np.zeros(0, dtype=np.int64)
+        piece = np.repeat(np.arange(len(pieces), dtype=np.int32), [len(r) for r in rows_of])
+        destroy_all = hours_all + out_h_all
+        va = _Candidates({"row": row, "piece": piece}, {
+            "kind": lambda c: piece_table[c["piece"], 0], "sig": lambda c: piece_table[c["piece"], 1],
+            "fit": lambda c: piece_table[c["piece"], 2], "model_key": lambda c: piece_table[c["piece"], 3],
+            "arch_key": lambda c: piece_table[c["piece"], 4], "keys": lambda c: piece_table[c["piece"], 3:5],
+            "hours": lambda c: hours_all[c["row"]], "wall": lambda c: c["hours"], "out": lambda c: out_h_all[c["row"]],
+            "destroy_wall": lambda c: destroy_all[c["row"]]})
         # each training candidate needs the same GPU model's validation when some offer has it,
         # else one of its architecture (one key per training layout)
         need_of_fit = np.array([
@@ -1119,7 +1116,27 @@ def _instances(arrays: dict[str, np.ndarray]) -> np.ndarray:
     return arrays["row"] * 2 + arrays["kind"]
 
 
+class _Candidates(dict):
+    """Candidate columns of which only some are held (`base`, here the offer row and a piece
+    number); each other column is computed from them on first read (`derive`: name -> function
+    of the candidates). A million-offer quote has 1.5M validation candidates, and the first
+    pass reads four of their ten columns: the rest are computed only for the few it keeps."""
+
+    def __init__(self, base: dict[str, np.ndarray], derive: dict[str, Callable[[_Candidates], np.ndarray]]):
+        super().__init__(base)
+        self.base, self.derive = tuple(base), derive
+
+    def __missing__(self, name: str) -> np.ndarray:
+        value = self[name] = self.derive[name](self)
+        return value
+
+    def subset(self, idx: np.ndarray) -> _Candidates:
+        return _Candidates({k: self[k][idx] for k in self.base}, self.derive)
+
+
 def _subset(arrays: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    if isinstance(arrays, _Candidates):
+        return arrays.subset(idx)
     return {k: v[idx] for k, v in arrays.items()}
 
 

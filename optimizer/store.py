@@ -28,6 +28,7 @@ with the row that records it; a shipped migration is never edited, a fix is a ne
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shlex
@@ -41,6 +42,8 @@ from datetime import date, datetime, timezone
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from functools import lru_cache
 from pathlib import Path
+
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -1017,36 +1020,43 @@ class Store:
             return offers  # every other condition is exact in SQL
         return [o for o in offers if query.matches(o)]
 
-    def load_plan_parts(self, providers: Sequence[str]) -> list[tuple[str, int, object]]:
-        """(provider, snapshot id, offer_table.Part) of each of `providers`' current offers, read
-        in one transaction (so from one state of the store), rows in offer id order. A provider
-        with no current snapshot is left out."""
-        from rentopt.optimizer.offer_table import Part
+    def load_plan_part(self, providers: Sequence[str], extra: Any = None) -> tuple[dict[str, int], Any]:
+        """`providers`' current offers as one offer_table.Part (providers by name, rows in offer
+        id order within each; then the rows of the Part `extra`, if given), read in one
+        transaction (so from one state of the store), and the snapshot id each provider's
+        columns are of. A provider with no current snapshot is left out. Read column by column,
+        each merged before the next is read: a million stored offers are never held twice
+        (their blobs, then the merged columns)."""
+        from rentopt.optimizer.offer_table import Part, merge_parts
 
         names = sorted(set(providers))
+        nothing = merge_parts([] if extra is None else [extra])
         if not names:
-            return []
+            return {}, nothing
         marks = ",".join("?" * len(names))
-        with _sql_errors(self.path), self.reading():
-            current = dict(self.db.execute(f"SELECT name, snapshot_id FROM providers WHERE name IN ({marks})", names))
-            stored = self.db.execute(f"SELECT provider, snapshot_id, name, encoding, rows, data, meta FROM plan_columns"
-                                     f" WHERE provider IN ({marks})", names).fetchall()
-        columns: dict[str, dict[str, object]] = defaultdict(dict)
-        sizes: dict[str, int] = {}
-        snapshots: dict[str, int] = {}
         try:
-            for provider, snapshot_id, name, encoding, rows, data, meta in stored:
-                if snapshots.setdefault(provider, snapshot_id) != snapshot_id or \
-                        current.get(provider) not in (None, snapshot_id):
-                    raise ValueError(f"the planning columns of {provider} are not all of its current snapshot")
-                columns[provider][name] = _decode_column(name, encoding, rows, data, meta)
-                sizes[provider] = rows
-            parts = [(provider, snapshots[provider], _part(provider, sizes[provider], columns[provider], Part))
-                     for provider in sorted(columns)]
+            with _sql_errors(self.path), self.reading():
+                current = dict(self.db.execute(f"SELECT name, snapshot_id FROM providers WHERE name IN ({marks})", names))
+                index = self.db.execute(f"SELECT provider, snapshot_id, name, rows FROM plan_columns"
+                                        f" WHERE provider IN ({marks})", names).fetchall()
+                snapshots: dict[str, int] = {}
+                sizes: dict[str, int] = {}
+                for provider, snapshot_id, name, rows in index:
+                    if snapshots.setdefault(provider, snapshot_id) != snapshot_id or \
+                            current.get(provider) not in (None, snapshot_id):
+                        raise ValueError(f"the planning columns of {provider} are not all of its current snapshot")
+                    if sizes.setdefault(provider, rows) != rows:
+                        raise ValueError(f"the planning columns of {provider} differ in length")
+                present = sorted(snapshots)
+                if not present:
+                    return {}, nothing
+                merged = _merged_columns(self.db, present, [sizes[p] for p in present], sorted({r[2] for r in index}),
+                                         extra)
         except (ValueError, TypeError, KeyError) as exc:
             raise StoreError(f"the price store {self.path} holds planning columns this rentopt cannot read ({exc}). "
                              f"{way_out(self.path)}") from None
-        return parts
+        n, columns, prices, terms, notes = merged
+        return snapshots, Part(n, columns, prices, terms, notes)
 
     def load_current_offers(self, keys: Iterable[tuple[str, str]], snapshots: dict[str, int]) -> list[Offer]:
         """`load_offers_by_key`, but only while each provider's current snapshot is still the one
@@ -1302,35 +1312,76 @@ class Store:
             raise StoreError(f"the price store {self.path} was opened read-only; only `rentopt refresh` writes it")
 
 
-def _part(provider: str, n: int, stored: dict, part_type: type):  # noqa: ANN202
-    """A provider's stored columns as an offer_table.Part."""
-    from rentopt.optimizer.offer_table import Const
+def _merged_columns(db: sqlite3.Connection, providers: list[str], sizes: list[int], names: list[str],
+                    extra: Any = None) -> tuple:
+    """(rows, columns, prices, terms, notes) of `providers`' planning columns merged, rows one
+    provider after the other, then `extra`'s (a Part; see `Store.load_plan_part`)."""
+    import numpy as np
 
-    columns = {name: value for name, value in stored.items() if "." not in name and name not in ("terms", "extra_notes")}
-    columns["provider"] = Const(provider)
+    from rentopt.optimizer.offer_table import PRICE_COLUMNS, Const, merge_column, merge_prices
+
+    marks = ",".join("?" * len(providers))
+    starts = [0, *itertools.accumulate(sizes)]
+    stored_rows = starts[-1]
+    if extra is not None:
+        sizes = [*sizes, extra.n]
+
+    def read(*wanted: str) -> dict[str, list]:
+        """Each wanted column's value per provider (None: the provider has none), decoded."""
+        found: dict[str, dict[str, object]] = defaultdict(dict)
+        for provider, name, encoding, rows, data, meta in db.execute(
+                f"SELECT provider, name, encoding, rows, data, meta FROM plan_columns"
+                f" WHERE name IN ({','.join('?' * len(wanted))}) AND provider IN ({marks})", [*wanted, *providers]):
+            found[name][provider] = _decode_column(name, encoding, rows, data, meta)
+        return {name: [found[name].get(p) for p in providers] for name in wanted}
+
+    def merged(name: str, values: list) -> Any:
+        return merge_column(name, values if extra is None else [*values, extra.columns.get(name)], sizes)
+
+    columns: dict = {"provider": merged("provider", [Const(p) for p in providers])}
+    for name in names:
+        if "." in name or name in ("terms", "extra_notes", "provider"):
+            continue
+        (values,) = read(name).values()
+        if name == "offer_id":
+            for provider, ids, n in zip(providers, values, sizes):
+                if ids is None or len(ids) != n:  # type: ignore[arg-type]
+                    raise ValueError(f"{provider}: {0 if ids is None else len(ids)} offer ids for {n} rows")  # type: ignore[arg-type]
+        columns[name] = merged(name, values)
+    if "offer_id" not in columns:
+        raise ValueError("no offer id column")
+    if extra is not None:  # a column only the extra rows have (none today: the store holds every column)
+        for name in set(extra.columns) - set(columns):
+            columns[name] = merged(name, [None] * len(providers))
     prices = {}
-    for name in ("hourly", "day", "week", "month"):
-        pair = [stored[f"{name}.{kind}"] for kind in (0, 1)]
-        if all(isinstance(v, Const) for v in pair) and repr(pair[0].value) == repr(pair[1].value):
-            prices[name] = pair[0]
-        else:
-            import numpy as np
-
-            prices[name] = np.stack([np.full(n, v.value, dtype=np.float64) if isinstance(v, Const) else v for v in pair])
+    for name in PRICE_COLUMNS:
+        pairs = read(f"{name}.0", f"{name}.1")
+        per_provider = []
+        for first, second, n in zip(pairs[f"{name}.0"], pairs[f"{name}.1"], sizes):
+            if first is None or second is None:
+                raise KeyError(f"{name}.0")
+            if isinstance(first, Const) and isinstance(second, Const) and repr(first.value) == repr(second.value):
+                per_provider.append(first)
+            else:
+                per_provider.append(np.stack([np.full(n, v.value, dtype=np.float64) if isinstance(v, Const) else v
+                                              for v in (first, second)]))
+        if extra is not None:
+            per_provider.append(extra.prices.get(name, Const(float("nan"))))
+        prices[name] = merge_prices(per_provider, sizes)
+    per_row = read("terms", "extra_notes")
     terms: dict = defaultdict(list)
-    for k, r, h, p in stored.get("terms", []):
-        terms[(int(k), int(r))].append((float(h), float(p)))
-    notes_column = stored.get("extra_notes")
-    notes = {}
-    if notes_column is not None and not isinstance(notes_column, Const):
-        import numpy as np
-
-        named = np.flatnonzero(np.array([v is not None for v in notes_column.values], dtype=bool)[notes_column.codes]) \
-            if notes_column.values else []
-        notes = {int(r): notes_column.values[notes_column.codes[r]] for r in named}
-    if len(columns["offer_id"]) != n:
-        raise ValueError(f"{provider}: {len(columns['offer_id'])} offer ids for {n} rows")
-    return part_type(n, columns, prices, {k: tuple(v) for k, v in terms.items()}, notes)
+    notes: dict = {}
+    for start, stored_terms, stored_notes in zip(starts, per_row["terms"], per_row["extra_notes"]):
+        for k, r, h, p in stored_terms or []:
+            terms[(int(k), start + int(r))].append((float(h), float(p)))
+        if stored_notes is not None and not isinstance(stored_notes, Const) and stored_notes.values:
+            named = np.flatnonzero(np.array([v is not None for v in stored_notes.values], dtype=bool)[stored_notes.codes])
+            notes.update({start + int(r): stored_notes.values[stored_notes.codes[r]] for r in named})
+    if extra is not None:
+        for (k, r), blocks in extra.terms.items():
+            terms[(k, stored_rows + r)].extend(blocks)
+        notes.update({stored_rows + r: note for r, note in extra.extra_notes.items()})
+    return sum(sizes), columns, prices, {k: tuple(v) for k, v in terms.items()}, notes
 
 
 _PRICES = 8  # index of the price fingerprint in an offer row

@@ -249,11 +249,11 @@ def test_the_providers_states_and_their_offers_are_read_in_one_transaction(rento
         monkeypatch.setattr(store_module.Store, name, wrapper)
 
     monkeypatch.setattr(catalog, "open_readonly", counting_open)
-    for name in ("providers", "load_plan_parts", "load_offers"):
+    for name in ("providers", "load_plan_part", "load_offers"):
         watch(name)
     found = load_offers(["vast"], lazy=lazy)
     assert found.provenance["vast"].origin == "store" and len(opened) == 1
-    assert [n for n, _, _ in seen] == ["providers", "load_plan_parts" if lazy else "load_offers"]
+    assert [n for n, _, _ in seen] == ["providers", "load_plan_part" if lazy else "load_offers"]
     assert len({i for _, i, _ in seen}) == 1 and all(inside for _, _, inside in seen)
 
 
@@ -271,7 +271,7 @@ def test_provenance_alone_reads_no_offer_and_says_what_a_quote_would(rentopt_hom
     sheets.mkdir(parents=True)
     shutil.copy(ROOT / "fixtures" / "sheet" / "user_autodl.toml", sheets / "autodl.toml")
     want = load_offers().provenance
-    for name in ("load_offers", "load_plan_parts", "load_current_offers"):
+    for name in ("load_offers", "load_plan_part", "load_current_offers"):
         monkeypatch.setattr(store_module.Store, name, lambda *a, **k: pytest.fail("an offer was read"))
     assert catalog.load_provenance() == want
     assert {want["vast"].origin, want["autodl"].origin, want["gcp"].origin} == {"store", "sheet", "bundled"}

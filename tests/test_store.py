@@ -12,7 +12,7 @@ import pytest
 from rentopt.optimizer import store
 from rentopt.optimizer.errors import StoreError
 from rentopt.optimizer.models import Offer, PriceOption, PriceUnit
-from rentopt.optimizer.offer_table import OfferTable, merge_parts
+from rentopt.optimizer.offer_table import OfferTable
 from rentopt.optimizer.store import OfferQuery, open_readonly, open_writable
 from tests.table_checks import assert_same_table
 
@@ -34,8 +34,7 @@ def make_offer(offer_id: str, *, provider: str = "alpha", gpu: str | None = "H10
 
 def plan_table(s) -> OfferTable:
     """The store's planning columns of every provider, as one table (rows by provider, offer id)."""
-    parts = s.load_plan_parts([p.name for p in s.providers()])
-    return merge_parts([p for _, _, p in parts]).table()
+    return s.load_plan_part([p.name for p in s.providers()])[1].table()
 
 
 def snapshot_bytes(path: Path) -> tuple[bytes, int]:

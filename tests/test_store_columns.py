@@ -16,7 +16,7 @@ from rentopt.optimizer.catalog import bundled_snapshot, load_offers
 from rentopt.optimizer.cli import cli
 from rentopt.optimizer.errors import StoreError
 from rentopt.optimizer.models import Offer, PriceOption
-from rentopt.optimizer.offer_table import OfferTable, merge_parts
+from rentopt.optimizer.offer_table import OfferTable
 from rentopt.optimizer.store import open_writable, store_path
 from tests.table_checks import assert_same_table
 
@@ -32,8 +32,7 @@ def offer(offer_id: str, **fields) -> Offer:
 
 
 def stored_table(s) -> OfferTable:
-    parts = s.load_plan_parts([p.name for p in s.providers()])
-    return merge_parts([p for _, _, p in parts]).table()
+    return s.load_plan_part([p.name for p in s.providers()])[1].table()
 
 
 def test_the_columns_hold_every_planning_field_exactly(tmp_path):
@@ -79,26 +78,49 @@ def test_joined_sources_keep_each_ones_terms_and_notes_on_its_own_rows(tmp_path)
 
 
 def test_a_store_table_joined_with_other_offers_is_one_table_resolving_both(rentopt_home):
-    """The quote's table: every stored provider and the offers of other sources (bundled, sheets)
-    merged once. Its string columns stay coded (a million stored rows are never decoded into
-    lists), and the resolver gives each row's full offer from the store or from the others."""
+    """The quote's table: every stored provider, then the offers of other sources (here the
+    bundled snapshot's providers the store does not hold), read as one merge. Its string
+    columns stay coded (a million stored rows are never decoded into lists), and the resolver
+    gives each row's full offer from the store or from the others."""
     from rentopt.optimizer.offer_table import Strings
 
-    stored = [offer("a1"), offer("a2", currency="CNY")]
-    beta = [offer("b1", provider="beta", gpu="H100-SXM-80GB", gpu_raw="H100 SXM", gpus=8)]
-    others = [offer("z1", provider="zeta", gpu="RTX-4090-24GB", gpu_raw="RTX 4090", gpus=1, gpu_memory_gb=24.0,
-                    interconnect="pcie", price_options=[PriceOption(unit="term", amount=Decimal("300"), term_hours=100)]),
-              offer("z2", provider="zeta", currency="EUR", extra={"gpu_note": "from a sheet"})]
+    stored = [offer("a1"), offer("a2", currency="CNY",
+                                 price_options=[PriceOption(unit="term", amount=Decimal("300"), term_hours=100)])]
+    beta = [offer("b1", provider="beta", gpu="H100-SXM-80GB", gpu_raw="H100", gpu_status="default", gpus=8,
+                  extra={"gpu_note": "a bare H100 read as the SXM card"})]
     with open_writable(store_path()) as s:
         s.write_snapshot("alpha", stored, fetched_at=T0)
         s.write_snapshot("beta", beta, fetched_at=T0)
-    found = load_offers(["alpha", "beta"], lazy=True)
-    table = found.columns.table(others)
+    found = load_offers(lazy=True)
+    others = found.offers
+    assert others and {o.provider for o in others}.isdisjoint({"alpha", "beta"})  # the bundled providers
+    table = found.table()
     assert_same_table(table, OfferTable.from_offers(stored + beta + others))
-    assert table.terms == {(0, 3): ((100.0, 300.0),)} and table.extra_notes == {4: "from a sheet"}
+    assert table.terms[(0, 1)] == ((100.0, 300.0),) and table.extra_notes[2] == "a bare H100 read as the SXM card"
     assert all(isinstance(getattr(table, name), Strings) for name in ("provider", "gpu", "currency", "fetched_at"))
-    assert [o.key for o in table.offers([4, 0, 3, 2])] == [("zeta", "z2"), ("alpha", "a1"), ("zeta", "z1"), ("beta", "b1")]
-    assert table.offers([4])[0] is others[1]  # the others' own objects, not read again
+    last = table.n - 1
+    assert [o.key for o in table.offers([last, 0, 3, 2])] == [others[-1].key, ("alpha", "a1"), others[0].key,
+                                                              ("beta", "b1")]
+    assert table.offers([3])[0] is others[0]  # the others' own objects, not read again
+    assert found.columns.n == 3 and found.columns.keys() == [("alpha", "a1"), ("alpha", "a2"), ("beta", "b1")]
+
+
+def test_the_store_merges_extra_rows_with_their_own_terms_and_notes(tmp_path):
+    """load_plan_part's `extra` rows come after the stored ones, their reserved terms and GPU
+    notes moved with them, and a column they leave out takes the Offer default."""
+    stored = [offer("a1"), offer("a2", price_options=[PriceOption(unit="term", amount=Decimal("300"), term_hours=100)])]
+    extra = [offer("z1", provider="zeta", gpu="H100-SXM-80GB", gpu_raw="H100", gpu_status="default", gpus=8,
+                   extra={"gpu_note": "a bare H100 read as the SXM card"},
+                   price_options=[PriceOption(unit="term", amount=Decimal("4000"), term_hours=720),
+                                  PriceOption(unit="hour", amount=Decimal("2"), interruptible=True)]),
+             offer("z2", provider="zeta", currency="EUR", stopped_bills="everything")]
+    with open_writable(tmp_path / "prices.sqlite") as s:
+        s.write_snapshot("alpha", stored, fetched_at=T0)
+        snapshots, part = s.load_plan_part(["alpha"], extra=OfferTable.from_offers(extra).part())
+    table = part.table()
+    assert_same_table(table, OfferTable.from_offers(stored + extra))
+    assert table.terms == {(0, 1): ((100.0, 300.0),), (0, 2): ((720.0, 4000.0),)}
+    assert table.extra_notes == {2: "a bare H100 read as the SXM card"} and list(snapshots) == ["alpha"]
 
 
 def test_strings_read_like_the_list_they_code() -> None:
@@ -176,4 +198,5 @@ def test_a_retired_provider_leaves_no_columns(rentopt_home):
         s.write_snapshot("alpha", [offer("a1")], fetched_at=T0)
         s.write_snapshot("beta", [offer("b1", provider="beta")], fetched_at=T0)
         s.retire_provider("alpha")
-        assert [name for name, _, _ in s.load_plan_parts(["alpha", "beta"])] == ["beta"]
+        snapshots, part = s.load_plan_part(["alpha", "beta"])
+        assert list(snapshots) == ["beta"] and part.n == 1

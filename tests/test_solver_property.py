@@ -417,3 +417,29 @@ def test_under_a_deadline_nothing_is_narrowed_away_for_being_dear(monkeypatch):
     best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]
     assert best.choice.validate.startswith("v:a:VF:") and best.choice.idle == "destroy"
     _check(req, catalog, "auto")
+
+
+@pytest.mark.parametrize("heads_from", [0, 250_000])
+def test_a_validation_slow_to_copy_out_does_not_count_as_fast(monkeypatch, heads_from):
+    """Destroying a validation first copies its data and checkpoint out (20 GB + 0.03 GB): VS
+    and VS2 (0.50, 0.55/h) upload at 100 Mbit/s, 0.45 h of it, VF (1.50/h) at 10 Gbit/s, under
+    a minute; all three download fast. T trains in 81.66 h at the slow end, so a 3.45-day
+    deadline (82.8 h) leaves room for VF's 1.01 h but not VS's 1.45 h. If the first pass took
+    the validation's wall without the copy-out, VS and VS2 would look cheaper and no slower, VF
+    would be dropped as dominated, and the quote would validate on T itself (0.50 dearer)."""
+    import rentopt.optimizer.planner as planner
+
+    monkeypatch.setattr(planner, "HEADS_FROM", heads_from)
+    monkeypatch.setattr(planner, "HEADS", 2)
+    slow_up = {"net_up_mbps": 100.0}
+    catalog = [_l40s("T", [PriceOption(unit="hour", amount=Decimal("2.00"))]),
+               _l40s("VS", [PriceOption(unit="hour", amount=Decimal("0.50"))], max_duration_hours=5.0).model_copy(
+                   update=slow_up),
+               _l40s("VS2", [PriceOption(unit="hour", amount=Decimal("0.55"))], max_duration_hours=5.0).model_copy(
+                   update=slow_up),
+               _l40s("VF", [PriceOption(unit="hour", amount=Decimal("1.50"))], max_duration_hours=5.0)]
+    req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(1),
+                       data_gb=Decimal(20), deadline_days=Decimal("3.45"), top=TOP_K)
+    best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]
+    assert best.choice.validate.startswith("v:a:VF:") and best.choice.idle == "destroy"
+    _check(req, catalog, "auto")  # and the totals are the brute force's

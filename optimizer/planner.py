@@ -629,7 +629,7 @@ class _Planner:
         if va is None:
             keep_t[quickest(np.arange(nt), tr["wall"])] = True
         else:
-            for key, rows in rows_per_key(va["keys"], np.ones(nv, dtype=bool)).items():
+            for key, rows in _validations_per_key(va).items():
                 keep_v[quickest(rows, va["wall"][rows])] = True
                 runs = np.flatnonzero(tr["need"] == key)
                 if len(runs):
@@ -729,7 +729,7 @@ class _Planner:
         if va is None:
             return np.flatnonzero(want_t), np.zeros(0, dtype=np.int64)
         limit_v = np.full(len(va["row"]), -np.inf)  # the most any key of each allows
-        for key, mine in rows_per_key(va["keys"], np.ones(len(va["row"]), dtype=bool)).items():
+        for key, mine in _validations_per_key(va).items():
             if key not in first.second_by_wall:  # no partner among the heads: keep
                 limit_v[mine] = np.inf
                 continue
@@ -789,8 +789,11 @@ class _Planner:
         key = np.zeros(t.n, dtype=np.int64)
         for part in parts:  # one integer per shape (mixed radix over the coded columns)
             key = key * (int(part.max()) + 1 if len(part) else 1) + part
-        keys = key[rows]
-        inverse = _dense(keys) if keys.max() < 8 * len(keys) + 1024 else np.unique(keys, return_inverse=True)[1]
+            if len(key) and key.max() >= 1 << 16:
+                # renumbered in the same order, so the key stays as small as the shapes seen so far
+                # are few (a bincount over millions of unused key values was 0.16 s at 1M offers)
+                key = _renumbered(key)
+        inverse = _renumbered(key[rows])
         order = stable_order(inverse)  # by shape, rows ascending within each
         bounds = np.cumsum(np.bincount(inverse))[:-1]
         out = {}
@@ -922,7 +925,8 @@ class _Planner:
                     pieces.append((kind, numbered[sig], fit_id, model_key, arch_key))
         piece_table = np.array(pieces, dtype=np.int64).reshape(-1, 5)
         row = np.concatenate(rows_of).astype(np.int64) if rows_of else np.zeros(0, dtype=np.int64)
-        piece = np.repeat(np.arange(len(pieces), dtype=np.int32), [len(r) for r in rows_of])
+        counts = [len(r) for r in rows_of]
+        piece = np.repeat(np.arange(len(pieces), dtype=np.int32), counts)
         destroy_all = hours_all + out_h_all
         va = _Candidates({"row": row, "piece": piece}, {
             "kind": lambda c: piece_table[c["piece"], 0], "sig": lambda c: piece_table[c["piece"], 1],
@@ -930,6 +934,7 @@ class _Planner:
             "arch_key": lambda c: piece_table[c["piece"], 4], "keys": lambda c: piece_table[c["piece"], 3:5],
             "hours": lambda c: hours_all[c["row"]], "wall": lambda c: c["hours"], "out": lambda c: out_h_all[c["row"]],
             "destroy_wall": lambda c: destroy_all[c["row"]]})
+        va.pieces = (piece_table, np.cumsum([0, *counts]))
         # each training candidate needs the same GPU model's validation when some offer has it,
         # else one of its architecture (one key per training layout)
         need_of_fit = np.array([
@@ -1088,12 +1093,17 @@ HEADS = 8
 def _heads(group: np.ndarray, by_cost: np.ndarray) -> np.ndarray:
     """The HEADS cheapest members of each group (group -1: none), as a mask; `by_cost` is the
     members' order by cost (np.argsort), shared by the groupings of one cost."""
+    mask = np.zeros(len(group), dtype=bool)
+    if not len(group):
+        return mask
     order = by_cost[stable_order(group[by_cost] + 1)]  # by group, cheapest first within (-1 first)
     sorted_group = group[order]
     start = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
-    rank = np.arange(len(order)) - np.repeat(start, np.diff(np.r_[start, len(order)]))
-    mask = np.zeros(len(group), dtype=bool)
-    mask[order[(rank < HEADS) & (sorted_group >= 0)]] = True
+    end = np.r_[start[1:], len(order)]
+    named = sorted_group[start] >= 0
+    start, end = start[named], end[named]
+    at = start[:, None] + np.arange(HEADS)[None, :]  # the first HEADS places of each group's run
+    mask[order[at[at < end[:, None]]]] = True
     return mask
 
 
@@ -1111,6 +1121,14 @@ def _dense(codes: np.ndarray) -> np.ndarray:
     return (np.cumsum(present) - 1)[codes]
 
 
+def _renumbered(codes: np.ndarray) -> np.ndarray:
+    """Non-negative integer codes renumbered 0, 1, ... in ascending order: `_dense` when they
+    are small enough to count, else np.unique's inverse (a sort)."""
+    if len(codes) and codes.max() >= 8 * len(codes) + 1024:
+        return np.unique(codes, return_inverse=True)[1].astype(np.int64)
+    return _dense(codes)
+
+
 def _instances(arrays: dict[str, np.ndarray]) -> np.ndarray:
     """Each candidate's instance: its offer row and price kind (a lease continues on it)."""
     return arrays["row"] * 2 + arrays["kind"]
@@ -1125,6 +1143,8 @@ class _Candidates(dict):
     def __init__(self, base: dict[str, np.ndarray], derive: dict[str, Callable[[_Candidates], np.ndarray]]):
         super().__init__(base)
         self.base, self.derive = tuple(base), derive
+        # validations as built: (piece table, piece start offsets), each piece's rows contiguous
+        self.pieces: tuple[np.ndarray, np.ndarray] | None = None
 
     def __missing__(self, name: str) -> np.ndarray:
         value = self[name] = self.derive[name](self)
@@ -1132,6 +1152,22 @@ class _Candidates(dict):
 
     def subset(self, idx: np.ndarray) -> _Candidates:
         return _Candidates({k: self[k][idx] for k in self.base}, self.derive)
+
+
+def _validations_per_key(va: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """solver.rows_per_key over every validation candidate. As built, the candidates of one
+    piece (shape, signature, kind) are contiguous and share their keys, so each key's rows are
+    its pieces' ranges: no sort of 2 x 1.5M key entries at a million offers."""
+    pieces = getattr(va, "pieces", None)
+    if pieces is None:
+        return rows_per_key(va["keys"], np.ones(len(va["row"]), dtype=bool))
+    table, starts = pieces
+    by_key: dict[int, list[int]] = {}
+    for p, (model_key, arch_key) in enumerate(table[:, 3:5].tolist()):
+        if starts[p + 1] > starts[p]:
+            for key in (model_key, arch_key):
+                by_key.setdefault(key, []).append(p)
+    return {key: np.concatenate([np.arange(starts[p], starts[p + 1]) for p in by_key[key]]) for key in sorted(by_key)}
 
 
 def _subset(arrays: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:

@@ -443,3 +443,46 @@ def test_a_validation_slow_to_copy_out_does_not_count_as_fast(monkeypatch, heads
     best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]
     assert best.choice.validate.startswith("v:a:VF:") and best.choice.idle == "destroy"
     _check(req, catalog, "auto")  # and the totals are the brute force's
+
+
+@pytest.mark.parametrize("spot", [False, True])
+def test_validations_per_key_from_pieces_is_the_sorted_grouping(spot):
+    """The first pass groups a large quote's validations by key from their pieces (contiguous
+    runs sharing keys); it must be exactly solver.rows_per_key's sort-based grouping, here over
+    the bundled snapshot's offers (two kinds of price with --spot)."""
+    import numpy as np
+
+    import rentopt.optimizer.planner as planner
+    from rentopt.optimizer.catalog import bundled_snapshot
+    from rentopt.optimizer.offer_table import OfferTable
+    from rentopt.optimizer.solver import rows_per_key
+    from rentopt.optimizer.workload import resolve_model
+
+    table = OfferTable.from_offers([o for p in bundled_snapshot().providers for o in p.offers])
+    req = QuoteRequest(model=resolve_model("7b"), setup=TrainingSetup(mode="lora"), days=Decimal(2), spot=spot)
+    built = planner._Planner(req, table, FX)
+    kinds = (0, 1) if spot else (0,)
+    usable = built._usable_rows(kinds)
+    shapes = built._shapes(usable)
+    import_h = planner._transfer_hours(float(built.prep.import_gb), table.net_down_mbps)
+    export_h = planner._transfer_hours(float(built.prep.export_gb), table.net_up_mbps)
+    va = built._validate_arrays(shapes, kinds, usable, built._train_arrays(shapes, kinds, usable, import_h, export_h),
+                                import_h)
+    assert va.pieces is not None and len(va["row"]) > 1000
+    found = planner._validations_per_key(va)
+    want = rows_per_key(va["keys"], np.ones(len(va["row"]), dtype=bool))
+    assert list(found) == list(want) and all(found[k].tolist() == want[k].tolist() for k in want)
+
+
+def test_shapes_are_coded_alike_whatever_the_size_of_the_codes():
+    """Rows of one shape share one code, in the order of their columns' codes, whether the
+    mixed-radix key is small enough to count (_dense) or must be sorted (np.unique)."""
+    import numpy as np
+
+    import rentopt.optimizer.planner as planner
+
+    rng = np.random.default_rng(3)
+    for high in (5, 10**9):
+        codes = rng.choice(np.array([0, 3, high, 7, high + 2]), 500)
+        want = {v: i for i, v in enumerate(sorted(set(codes.tolist())))}
+        assert planner._renumbered(codes).tolist() == [want[v] for v in codes.tolist()]

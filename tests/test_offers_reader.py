@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rentopt.optimizer import offers_reader
 from rentopt.optimizer.errors import InputError, OffersFileError
@@ -141,7 +143,7 @@ def test_the_large_file_path_gives_the_same_offers(tmp_path, tokenizer_from_the_
     check_same(write(tmp_path, HEADER + "\n".join(copies) + "\n"))
 
 
-@pytest.mark.parametrize("text", BAD[:16], ids=[f"bad-{i}" for i in range(16)])
+@pytest.mark.parametrize("text", BAD[:18], ids=[f"bad-{i}" for i in range(18)])
 def test_the_large_file_path_gives_the_same_errors(tmp_path, tokenizer_from_the_first_byte, text):
     assert_same_error(write(tmp_path, text))
 
@@ -152,3 +154,16 @@ def test_a_json_file_is_the_same_offers(tmp_path):
     with path.open("w") as fp:
         write_offers_json(offers, fp)
     check_same(path)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(["a,b,c", "a,b", "a,b,c,d", "", ",,", "xx,y,zzzz", "1,2,3"]), min_size=1, max_size=30),
+       st.booleans(), st.integers(min_value=1, max_value=40))
+def test_regular_lines_are_counted_alike_in_blocks(lines, terminated, block):
+    """offers_reader._regular counts commas a block of whole lines at a time; any block size
+    must give the answer of counting each line by itself (the header line not checked)."""
+    text = "h1,h2,h3\n" + "\n".join(lines) + ("\n" if terminated else "")
+    data = text.encode()
+    body = lines if terminated or lines[-1] else lines[:-1]  # an unterminated empty last line is no line
+    want = all(line.count(",") == 2 for line in body)
+    assert offers_reader._regular(data, 3, block=block) is want

@@ -8,8 +8,10 @@ Each quote is a fresh process (`python -c "from rentopt.optimizer.cli import mai
 peak RSS (the child's own ru_maxrss, from os.wait4; the offers are written by separate
 interpreters so the bench process stays small). The import floor is timed the same way in
 the same interpreter: Python + click + tabulate + OR-Tools' CP-SAT extension, what any quote
-process loads before it reads an offer (issue 11's floor). Reported per size: the ratio to the
-floor and the cost growth in microseconds per offer ((time - floor) / offers).
+process loads before it reads an offer (issue 11's floor). Reported per size: the ratio of the
+best to the best floor, the median ratio of runs each paired with a floor run just before it
+("x paired": the figure to read on a machine whose speed drifts), and the cost growth in
+microseconds per offer ((time - floor) / offers).
 
 The offers are synthetic but shaped like a marketplace (benchmarks/marketplace.py: 40 providers,
 30 GPU spellings, hourly/day/week/month and spot prices, USD and CNY). The store holds the same
@@ -95,11 +97,22 @@ def run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[float, in
     return wall, usage.ru_maxrss, code
 
 
-def timed(argv: list[str], env: dict[str, str], repeat: int, timeout: float) -> tuple[float, float, int]:
+def timed(argv: list[str], env: dict[str, str], repeat: int, timeout: float,
+          floor: list[str] | None = None) -> tuple[float, float, int, float | None]:
+    """(best wall, median wall, peak RSS, median ratio to the floor). With `floor`, each run is
+    paired with a run of the floor just before it and the ratio is the median of the pairs'
+    ratios: on a shared VM whose speed drifts by 20-50 % over minutes, a floor timed minutes
+    earlier says little about this size's ratio."""
     run(argv, env, timeout)  # warm the page cache and the .pyc files
-    results = [run(argv, env, timeout) for _ in range(repeat)]
+    results, ratios = [], []
+    for _ in range(repeat):
+        base = run(floor, env, 60)[0] if floor else None
+        results.append(run(argv, env, timeout))
+        if base:
+            ratios.append(results[-1][0] / base)
     walls = [w for w, _, _ in results]
-    return min(walls), statistics.median(walls), max(r for _, r, _ in results)
+    return min(walls), statistics.median(walls), max(r for _, r, _ in results), \
+        statistics.median(ratios) if ratios else None
 
 
 def fill_store(home: Path, n: int) -> float:
@@ -130,33 +143,42 @@ def main() -> None:
     ap.add_argument("--sources", default="csv,store")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--data", type=Path, help="keep the offers files and stores in this folder and reuse them "
+                                              "on the next run (a 1M-offer store takes minutes to write)")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    floor_best, floor_median, floor_rss = timed([sys.executable, "-c", FLOOR], env, max(args.repeat, 5), 60)
+    floor_argv = [sys.executable, "-c", FLOOR]
+    floor_best, floor_median, floor_rss, _ = timed(floor_argv, env, max(args.repeat, 5), 60)
     print(f"import floor (python + click + tabulate + CP-SAT): best {floor_best:.3f} s, median {floor_median:.3f} s, "
           f"{floor_rss / 1024:.0f} MB")
     quote = [sys.executable, "-c", "from rentopt.optimizer.cli import main; main()", "quote", *JOB]
-    print(f"{'offers':>9} {'source':<6} {'best s':>7} {'median s':>8} {'x floor':>7} {'us/offer':>8} {'peak MB':>8}")
+    print(f"{'offers':>9} {'source':<6} {'best s':>7} {'median s':>8} {'x floor':>7} {'x paired':>8} {'us/offer':>8} "
+          f"{'peak MB':>8}")
     with tempfile.TemporaryDirectory(prefix="rentopt-scale-") as tmp:
+        folder = args.data or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         for n in (int(x) for x in args.sizes.split(",")):
             for source in args.sources.split(","):
-                home = Path(tmp) / f"{source}-{n}"
-                home.mkdir()
+                home = folder / f"{source}-{n}"
+                kept = home.exists() and args.data is not None
+                home.mkdir(exist_ok=True)
                 run_env = {**env, "RENTOPT_HOME": str(home)}
                 if source == "csv":
-                    path = Path(tmp) / f"offers-{n}.csv"
-                    subprocess.run([sys.executable, __file__, "--write-csv", str(path), str(n)], check=True)
+                    path = folder / f"offers-{n}.csv"
+                    if not (kept and path.exists()):
+                        subprocess.run([sys.executable, __file__, "--write-csv", str(path), str(n)], check=True)
                     argv = [*quote, "--offers-file", str(path)]
                 else:
-                    seconds = fill_store(home, n)
-                    print(f"          (store of {n:,} offers written in {seconds:.1f} s)")
+                    if not (kept and (home / "prices.sqlite").exists()):
+                        seconds = fill_store(home, n)
+                        print(f"          (store of {n:,} offers written in {seconds:.1f} s)")
                     argv = quote
                 repeat = args.repeat if n < 1_000_000 else max(1, args.repeat // 2)
-                best, median, rss = timed(argv, run_env, repeat, args.timeout)
+                best, median, rss, paired = timed(argv, run_env, repeat, args.timeout, floor_argv)
                 if best == float("inf"):
                     print(f"{n:>9,} {source:<6} over the {args.timeout:.0f} s limit")
                     continue
-                print(f"{n:>9,} {source:<6} {best:>7.3f} {median:>8.3f} {best / floor_best:>7.2f} "
+                print(f"{n:>9,} {source:<6} {best:>7.3f} {median:>8.3f} {best / floor_best:>7.2f} {paired or 0:>8.2f} "
                       f"{(best - floor_best) / n * 1e6:>8.2f} {rss / 1024:>8.0f}")
                 print(f"          {phases(str(path) if source == 'csv' else '', run_env)}")
 

@@ -113,7 +113,7 @@ class OfferTable:
         position = {int(r): i for i, r in enumerate(rows)}
 
         def pick(values: Sequence) -> Sequence:
-            return values.take(rows) if isinstance(values, Strings) else [values[r] for r in rows]
+            return values.take(rows) if isinstance(values, (Strings, Texts)) else [values[r] for r in rows]
 
         columns: dict = {name: pick(getattr(self, name)) for name in LIST_COLUMNS}
         columns.update({name: _take(getattr(self, name), rows) for name in ARRAY_COLUMNS})
@@ -184,6 +184,11 @@ class OfferTable:
             elif isinstance(value, Const):
                 codes[name] = (np.zeros(n, dtype=np.int32), [value.value])
                 out[name] = Strings(*codes[name])
+            elif isinstance(value, Strings):
+                codes[name] = (value.codes, value.values)
+                out[name] = value
+            elif isinstance(value, Texts):
+                out[name] = value
             else:
                 out[name] = list(value)
         for name, dtype in ARRAY_COLUMNS.items():
@@ -309,6 +314,63 @@ class Strings(Sequence):
         return Strings(self.codes[rows], self.values)
 
 
+class Texts(Sequence):
+    """Strings held as one UTF-8 buffer, NUL-separated (`data`), read like a list: a million
+    offer ids cost their 10 MB of text and 8 MB of offsets instead of 66 MB of str objects, and
+    the planner decodes only the few it shows or keeps. No string may hold a NUL."""
+
+    def __init__(self, data: bytes, n: int):
+        self.data = data
+        ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 0) if n > 1 else np.zeros(0, dtype=np.int64)
+        if len(ends) != max(n - 1, 0) or (n == 0 and data):
+            raise ValueError(f"{len(ends) + 1 if n else 0} texts for {n} rows")
+        self.starts = np.r_[0, ends + 1, len(data) + 1].astype(np.int64) if n else np.zeros(1, dtype=np.int64)
+        self._list: list | None = None
+
+    @classmethod
+    def of(cls, values: Sequence[str]) -> Texts:
+        return cls("\x00".join(values).encode(), len(values))
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        if isinstance(i, slice):
+            return self.tolist()[i]
+        if i < 0:
+            i += len(self)
+        return self.data[self.starts[i]:self.starts[i + 1] - 1].decode()
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and not isinstance(other, str) and self.tolist() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # like a list
+
+    def tolist(self) -> list:
+        if self._list is None:
+            self._list = self.data.decode().split("\x00") if len(self) else []
+        return self._list
+
+    def take(self, rows: np.ndarray) -> list:
+        return [self[int(r)] for r in rows]
+
+
+def _join_texts(values: Sequence[Any]) -> Texts | list:
+    """Offer id columns of several sources, rows one after the other: one Texts when every
+    part can be one (no id holds a NUL), else one list."""
+    parts = [v if isinstance(v, Texts) else list(v) for v in values]
+    if any(isinstance(v, list) and any("\x00" in x for x in v) for v in parts):
+        joined: list = []
+        for v in parts:
+            joined.extend(v)
+        return joined
+    chunks = [v.data if isinstance(v, Texts) else "\x00".join(v).encode() for v in parts if len(v)]
+    return Texts(b"\x00".join(chunks), sum(len(v) for v in parts))
+
+
 def as_array(value: Any, n: int, dtype: type, name: str = "column") -> np.ndarray:
     """A numeric column (list with None for unknown, array or Const) as an array of `dtype`."""
     if isinstance(value, Const):
@@ -377,7 +439,9 @@ def merge_column(name: str, values: Sequence[Any], sizes: Sequence[int]) -> Any:
         dtype = ARRAY_COLUMNS[name]
         return np.concatenate([as_array(Const(ARRAY_DEFAULTS.get(name)) if v is None else v, n, dtype, name)
                                for v, n in zip(values, sizes)])
-    if all(isinstance(v, list) for v in values):  # offer ids
+    if all(isinstance(v, (list, Texts)) for v in values):  # offer ids
+        if any(isinstance(v, Texts) for v in values):
+            return _join_texts(values)
         joined: list = []
         for v in values:
             joined.extend(v)

@@ -634,7 +634,9 @@ def _decode_column(name: str, encoding: str, rows: int, data: bytes | None, meta
             values = [parse_timestamp(v) for v in values]
         return Codes(np.frombuffer(data or b"", dtype="<i4"), values)
     if encoding == "text":
-        return (data or b"").decode().split("\x00") if rows else []
+        from rentopt.optimizer.offer_table import Texts
+
+        return Texts(data or b"", rows)
     if encoding == "json":
         return json.loads(meta or "[]")
     raise ValueError(f"unknown column encoding {encoding!r}")

@@ -200,3 +200,20 @@ def test_a_retired_provider_leaves_no_columns(rentopt_home):
         s.retire_provider("alpha")
         snapshots, part = s.load_plan_part(["alpha", "beta"])
         assert list(snapshots) == ["beta"] and part.n == 1
+
+
+def test_texts_read_like_the_list_they_hold() -> None:
+    import numpy as np
+
+    from rentopt.optimizer.offer_table import Texts, merge_column
+
+    ids = ["a1", "", "ünï", "b,2"]
+    column = Texts.of(ids)
+    assert column == ids and ids == column and len(column) == 4 and column[2] == "ünï" and column[-1] == "b,2"
+    assert column[np.int64(1)] == "" and column[1:3] == ["", "ünï"] and column.index("b,2") == 3
+    assert column.take(np.array([3, 0])) == ["b,2", "a1"] and list(Texts.of([])) == [] and Texts.of(["x"]) == ["x"]
+    with pytest.raises(ValueError, match="2 texts for 3 rows"):
+        Texts(b"a\x00b", 3)
+    joined = merge_column("offer_id", [column, ["c"], Texts.of([]), Texts.of([""])], [4, 1, 0, 1])
+    assert isinstance(joined, Texts) and joined == [*ids, "c", ""]
+    assert merge_column("offer_id", [column, ["bad\x00id"]], [4, 1]) == [*ids, "bad\x00id"]  # no Texts can hold it

@@ -179,14 +179,14 @@ class OfferTable:
             if value is None:
                 raise ValueError(f"an offer table needs the {name} column")
             if isinstance(value, Codes):
-                codes[name] = (value.codes, value.values)
-                out[name] = Strings(value.codes, value.values)
+                codes[name] = _distinct_values(value.codes, value.values)
+                out[name] = Strings(*codes[name])
             elif isinstance(value, Const):
                 codes[name] = (np.zeros(n, dtype=np.int32), [value.value])
                 out[name] = Strings(*codes[name])
             elif isinstance(value, Strings):
-                codes[name] = (value.codes, value.values)
-                out[name] = value
+                codes[name] = _distinct_values(value.codes, value.values)
+                out[name] = Strings(*codes[name])
             elif isinstance(value, Texts):
                 out[name] = value
             else:
@@ -473,6 +473,18 @@ def _merge_codes(coded: Iterable[tuple[np.ndarray, list]]) -> Codes:
         remap = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)
         merged.append(remap[codes] if len(values) else np.zeros(0, np.int32))
     return Codes(np.concatenate(merged) if merged else np.zeros(0, np.int32), list(index))
+
+
+def _distinct_values(codes: np.ndarray, values: list) -> tuple[np.ndarray, list]:
+    """(codes, values) with each value once. A reader may code spellings, not values (an offers
+    file's "H100 SXM" and "H100-SXM-80GB" are two codes of one GPU); a table's categories must
+    be values, or one GPU is two groups (two node shapes with one key, two providers' worth of
+    top-K plans) to whoever groups rows by code."""
+    index: dict = {}
+    remap = [index.setdefault(v, len(index)) for v in values]
+    if len(index) == len(values):
+        return codes, values
+    return np.asarray(remap, dtype=np.int32)[codes], list(index)
 
 
 def _list_codes(values: list) -> tuple[np.ndarray, list]:

@@ -805,6 +805,8 @@ class _Planner:
             shape = NodeShape(gpu=spec, gpus_per_node=shape_key[1], nodes=1, interconnect=shape_key[2],  # type: ignore[arg-type]
                               fabric=shape_key[3], fabric_gbps=shape_key[4], memory_gb=shape_key[5] or spec.memory_gb,
                               host_ram_gb=shape_key[6])
+            if shape_key in out:  # codes are distinct values (OfferTable.build): one shape, one group
+                raise AssertionError(f"two row groups with the node shape {shape_key}")
             out[shape_key] = (spec, shape, members)
         return out
 

@@ -563,3 +563,26 @@ def test_an_impossible_deadline_or_budget_is_diagnosed_without_pricing_every_off
         solve(planned.instance, top_k=req.top)
     assert "deadline 0.05 days; the fastest plan needs" in str(err.value) and "(extend --deadline-days)" in str(err.value)
     assert "budget 5.00 USD is below the cheapest plan at any speed" in str(err.value)
+
+
+@pytest.mark.parametrize("large_file_path", [False, True])
+def test_two_spellings_of_one_gpu_are_one_node_shape(tmp_path, monkeypatch, rentopt_home, large_file_path):
+    """An offers file codes cells by spelling: "H100 SXM" and "H100-SXM-80GB" are two codes of
+    one card. Both offers must be planned: when the planner grouped rows by those codes, two
+    groups had one node shape and the second replaced the first, so the cheaper offer (20.00/h)
+    vanished from the quote, neither planned nor rejected, and the plan was the 30.00/h one."""
+    from rentopt.optimizer import offers_reader
+
+    if large_file_path:  # pandas' tokenizer, as for a file of 4 MiB and more
+        monkeypatch.setattr(offers_reader, "_FRAME_BYTES", 0)
+    path = tmp_path / "offers.csv"
+    path.write_text("provider,offer_id,gpu,gpus,price_hour,currency,interconnect\n"
+                    "alpha,cheap,H100 SXM,8,20.00,USD,nvlink\n"
+                    "alpha,dear,H100-SXM-80GB,8,30.00,USD,NVLink\n")
+    result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", "--days", "1",
+                                      "--offers-file", str(path), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    quote = json.loads(result.stdout)
+    assert quote["rejected_count"] == 0
+    assert {s["offer_id"] for s in quote["plans"][0]["stages"]} == {"cheap"}
+    assert len(quote["plans"]) == 1  # one provider and GPU: one group, one plan (top-K plans differ in both)

@@ -279,23 +279,19 @@ class Codes:
     values: list
 
 
-class Strings(Sequence):
-    """A string column held as codes (`values[codes[row]]`), read like a list. A million-row
-    store or file column is decoded into a list only when something walks all of it (the
-    planner reads single rows and groups by the codes: decoding ten such columns was 0.2 s and
-    80 MB of a 1M-offer quote)."""
+class _LazyList(Sequence):
+    """A column read like a list of strings, held more compactly; `_decoded()` gives the whole
+    list, built once, only when something walks all of it."""
 
-    def __init__(self, codes: np.ndarray, values: list):
-        self.codes, self.values = codes, values
-        self._list: list | None = None
+    _list: list | None = None
 
-    def __len__(self) -> int:
-        return len(self.codes)
+    def _decoded(self) -> list:
+        raise NotImplementedError
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def]
-        if isinstance(i, slice):
-            return self.tolist()[i]
-        return self.values[self.codes[i]]
+    def tolist(self) -> list:
+        if self._list is None:
+            self._list = self._decoded()
+        return self._list
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.tolist())
@@ -305,19 +301,32 @@ class Strings(Sequence):
 
     __hash__ = None  # type: ignore[assignment]  # like a list
 
-    def tolist(self) -> list:
-        if self._list is None:
-            self._list = _decode(self.codes, self.values)
-        return self._list
+
+class Strings(_LazyList):
+    """A string column held as codes (`values[codes[row]]`). A million-row store or file column
+    is decoded into a list only when something walks all of it (the planner reads single rows
+    and groups by the codes: decoding ten such columns was 0.2 s and 80 MB of a 1M-offer quote)."""
+
+    def __init__(self, codes: np.ndarray, values: list):
+        self.codes, self.values = codes, values
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        return self.tolist()[i] if isinstance(i, slice) else self.values[self.codes[i]]
+
+    def _decoded(self) -> list:
+        return _decode(self.codes, self.values)
 
     def take(self, rows: np.ndarray) -> Strings:
         return Strings(self.codes[rows], self.values)
 
 
-class Texts(Sequence):
-    """Strings held as one UTF-8 buffer, NUL-separated (`data`), read like a list: a million
-    offer ids cost their 10 MB of text and 8 MB of offsets instead of 66 MB of str objects, and
-    the planner decodes only the few it shows or keeps. No string may hold a NUL."""
+class Texts(_LazyList):
+    """Strings held as one UTF-8 buffer, NUL-separated (`data`): a million offer ids cost their
+    10 MB of text and 8 MB of offsets instead of 66 MB of str objects, and the planner decodes
+    only the few it shows or keeps. No string may hold a NUL."""
 
     def __init__(self, data: bytes, n: int):
         self.data = data
@@ -325,7 +334,6 @@ class Texts(Sequence):
         if len(ends) != max(n - 1, 0) or (n == 0 and data):
             raise ValueError(f"{len(ends) + 1 if n else 0} texts for {n} rows")
         self.starts = np.r_[0, ends + 1, len(data) + 1].astype(np.int64) if n else np.zeros(1, dtype=np.int64)
-        self._list: list | None = None
 
     @classmethod
     def of(cls, values: Sequence[str]) -> Texts:
@@ -341,18 +349,8 @@ class Texts(Sequence):
             i += len(self)
         return self.data[self.starts[i]:self.starts[i + 1] - 1].decode()
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.tolist())
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and not isinstance(other, str) and self.tolist() == list(other)
-
-    __hash__ = None  # type: ignore[assignment]  # like a list
-
-    def tolist(self) -> list:
-        if self._list is None:
-            self._list = self.data.decode().split("\x00") if len(self) else []
-        return self._list
+    def _decoded(self) -> list:
+        return self.data.decode().split("\x00") if len(self) else []
 
     def take(self, rows: np.ndarray) -> list:
         return [self[int(r)] for r in rows]
@@ -450,7 +448,7 @@ def merge_column(name: str, values: Sequence[Any], sizes: Sequence[int]) -> Any:
     for v, n in zip(values, sizes):
         v = Const(LIST_DEFAULTS[name]) if v is None else v
         coded.append((np.zeros(n, dtype=np.int32), [v.value]) if isinstance(v, Const) else
-                     _list_codes(v) if isinstance(v, list) else (v.codes, v.values))
+                     _distinct_values(np.arange(n, dtype=np.int32), v) if isinstance(v, list) else (v.codes, v.values))
     return _merge_codes(coded)
 
 
@@ -478,19 +476,13 @@ def _merge_codes(coded: Iterable[tuple[np.ndarray, list]]) -> Codes:
 def _distinct_values(codes: np.ndarray, values: list) -> tuple[np.ndarray, list]:
     """(codes, values) with each value once. A reader may code spellings, not values (an offers
     file's "H100 SXM" and "H100-SXM-80GB" are two codes of one GPU); a table's categories must
-    be values, or one GPU is two groups (two node shapes with one key, two providers' worth of
-    top-K plans) to whoever groups rows by code."""
+    be values, or one GPU is two groups to whoever groups rows by code (two row groups of one
+    node shape, two groups of top-K plans for one provider and GPU)."""
     index: dict = {}
     remap = [index.setdefault(v, len(index)) for v in values]
     if len(index) == len(values):
         return codes, values
     return np.asarray(remap, dtype=np.int32)[codes], list(index)
-
-
-def _list_codes(values: list) -> tuple[np.ndarray, list]:
-    index: dict = {}
-    codes = np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int32)
-    return codes, list(index)
 
 
 def _shifted(parts: Sequence[Any], starts: np.ndarray) -> tuple[dict, dict]:

@@ -208,3 +208,19 @@ def test_round_money_uses_minor_units():
     assert round_money(D("0.125"), "CNY") == D("0.13")
     assert round_money(D("149.5"), "JPY") == D("150")
     assert FxTable.load().round_money(D("1.2345"), "EUR") == D("1.23")
+
+
+def test_the_shipped_history_is_read_without_importing_its_package():
+    """currency_converter's import pulls in urllib and http.client (36 ms of every quote); the
+    quote only reads its data file, the same bytes importlib.resources gives."""
+    import subprocess
+    import sys
+    from importlib import resources
+
+    from rentopt.optimizer.currency import _shipped_file
+
+    assert _shipped_file("currency_converter", "eurofxref-hist.zip") == \
+        resources.files("currency_converter").joinpath("eurofxref-hist.zip").read_bytes()
+    code = ("import sys; from rentopt.optimizer.currency import bundled_history; bundled_history(); "
+            "print('currency_converter' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -396,6 +396,16 @@ def test_narrowing_keeps_a_cheap_validation_whose_rate_per_hour_is_not_the_lowes
     _check(req, catalog, "auto")
 
 
+def _trainer_and_three_validators(slow: dict) -> list[Offer]:
+    """T (2.00/h) trains; VS, VS2 (0.50, 0.55/h, network `slow`) and VF (1.50/h) may run at
+    most 5 h, so they can only validate."""
+    at_most_5h = dict(max_duration_hours=5.0)
+    return [_l40s("T", [PriceOption(unit="hour", amount=Decimal("2.00"))]),
+            _l40s("VS", [PriceOption(unit="hour", amount=Decimal("0.50"))], **at_most_5h).model_copy(update=slow),
+            _l40s("VS2", [PriceOption(unit="hour", amount=Decimal("0.55"))], **at_most_5h).model_copy(update=slow),
+            _l40s("VF", [PriceOption(unit="hour", amount=Decimal("1.50"))], **at_most_5h)]
+
+
 def test_under_a_deadline_nothing_is_narrowed_away_for_being_dear(monkeypatch):
     """With a deadline a dearer validation can be the only one fast enough: VS and VS2 (0.50 and
     0.55/h) download at 100 Mbit/s, VF (1.50/h) at 10 Gbit/s; 82.9 h leaves room after T's
@@ -405,13 +415,7 @@ def test_under_a_deadline_nothing_is_narrowed_away_for_being_dear(monkeypatch):
 
     monkeypatch.setattr(planner, "HEADS_FROM", 0)
     monkeypatch.setattr(planner, "HEADS", 2)  # VS and VS2: two cheaper validations than VF
-    slow = {"net_down_mbps": 100.0, "net_up_mbps": 100.0}
-    catalog = [_l40s("T", [PriceOption(unit="hour", amount=Decimal("2.00"))]),
-               _l40s("VS", [PriceOption(unit="hour", amount=Decimal("0.50"))], max_duration_hours=5.0).model_copy(
-                   update=slow),
-               _l40s("VS2", [PriceOption(unit="hour", amount=Decimal("0.55"))], max_duration_hours=5.0).model_copy(
-                   update=slow),
-               _l40s("VF", [PriceOption(unit="hour", amount=Decimal("1.50"))], max_duration_hours=5.0)]
+    catalog = _trainer_and_three_validators({"net_down_mbps": 100.0, "net_up_mbps": 100.0})
     req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(1),
                        deadline_days=Decimal("3.455"), top=TOP_K)
     best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]
@@ -431,13 +435,7 @@ def test_a_validation_slow_to_copy_out_does_not_count_as_fast(monkeypatch, heads
 
     monkeypatch.setattr(planner, "HEADS_FROM", heads_from)
     monkeypatch.setattr(planner, "HEADS", 2)
-    slow_up = {"net_up_mbps": 100.0}
-    catalog = [_l40s("T", [PriceOption(unit="hour", amount=Decimal("2.00"))]),
-               _l40s("VS", [PriceOption(unit="hour", amount=Decimal("0.50"))], max_duration_hours=5.0).model_copy(
-                   update=slow_up),
-               _l40s("VS2", [PriceOption(unit="hour", amount=Decimal("0.55"))], max_duration_hours=5.0).model_copy(
-                   update=slow_up),
-               _l40s("VF", [PriceOption(unit="hour", amount=Decimal("1.50"))], max_duration_hours=5.0)]
+    catalog = _trainer_and_three_validators({"net_up_mbps": 100.0})
     req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(1),
                        data_gb=Decimal(20), deadline_days=Decimal("3.45"), top=TOP_K)
     best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]

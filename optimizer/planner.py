@@ -823,8 +823,10 @@ class _Planner:
         return rates[pair]
 
     def _train_arrays(self, shapes, kinds, usable, import_h, export_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+        """Per offer, each node count and price kind a layout fits: its hours, wall clock and
+        tokens. Found per piece (shape, node count, kind) and computed for all pieces at once:
+        a million offers are 767k candidates in a few hundred pieces."""
         req, work, t = self.req, self.work, self.table
-        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("row", "nodes", "kind", "hours", "wall", "low", "tokens", "fit")}
         self.fit_list: list[tuple[Fit, GpuSpec, Speed, tuple]] = []
         spot_factor = None
         if req.spot:  # per provider, not per row
@@ -832,6 +834,8 @@ class _Planner:
             spot_factor = np.array([float(_spot_factor(p, req.checkpoint_every_hours)[0]) for p in providers])[codes]
         has = {k: t.has_kind(k) for k in kinds}
         max_nodes = min(req.gpu_filter.max_nodes, MAX_NODES)
+        rows_of: list[np.ndarray] = []
+        pieces: list[tuple[int, int, int, float, float, float, float]] = []  # nodes, kind, fit, run/low/high h, tok/s
         for key, (gpu, shape, rows) in shapes.items():
             first_miss: NoFit | None = None
             any_fit = False
@@ -845,45 +849,41 @@ class _Planner:
                 fit_id = len(self.fit_list)
                 self.fit_list.append((fit, gpu, speed, key))
                 at = rows[t.nodes_available[rows] >= nodes]
+                hours = (work.tokens / speed.typical / 3600, work.tokens / speed.high / 3600,
+                         work.tokens / speed.low / 3600) if work.tokens is not None else (float(work.rent_hours),) * 3  # type: ignore[arg-type]
                 for kind in kinds:
                     mine = at[has[kind][at]]
-                    if not len(mine):
-                        continue
-                    factor = spot_factor[mine] if kind else np.ones(len(mine))
-                    if work.tokens is not None:
-                        run = work.tokens / speed.typical / 3600 * factor
-                        low = work.tokens / speed.high / 3600 * factor
-                        high = work.tokens / speed.low / 3600 * factor
-                        tokens = np.full(len(mine), work.tokens)
-                    else:
-                        run = low = high = np.full(len(mine), float(work.rent_hours))  # type: ignore[arg-type]
-                        tokens = speed.typical * run * 3600 / factor
-                    hours = import_h[mine] + run + export_h[mine]
-                    too_long = hours > t.max_hours[mine]  # NaN (no maximum) compares False
-                    long_rows, long_hours = mine[too_long], hours[too_long]
-                    self.rejected.add(long_rows, "max_duration", lambda i, rows=long_rows, h=long_hours, n=nodes: (
-                        f"needs {h[i]:.1f} h of rental on {n} node(s); the host allows at most "
-                        f"{t.max_hours[rows[i]]:.1f} h"))
-                    keep = ~too_long
-                    n_keep = int(keep.sum())
-                    cols["row"].append(mine[keep])
-                    cols["nodes"].append(np.full(n_keep, nodes))
-                    cols["kind"].append(np.full(n_keep, kind))
-                    cols["hours"].append(hours[keep])
-                    cols["wall"].append((import_h[mine] + high + export_h[mine])[keep])
-                    cols["low"].append((import_h[mine] + low + export_h[mine])[keep])
-                    cols["tokens"].append(tokens[keep])
-                    cols["fit"].append(np.full(n_keep, fit_id))
+                    if len(mine):
+                        rows_of.append(mine)
+                        pieces.append((nodes, kind, fit_id, *hours, speed.typical))
             if not any_fit and first_miss is not None:
                 self.rejected.add(rows, first_miss.constraint, first_miss.reason)
                 if first_miss.overshoot is not None and (self.closest is None or first_miss.overshoot < self.closest[0]):
                     r = int(rows[0])
                     self.closest = (first_miss.overshoot, f"{t.provider[r]}/{t.offer_id[r]} ({t.gpus[r]} x {t.gpu[r]}): "
                                                           f"{first_miss.reason}")
-        out = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in cols.items()}
-        for k in ("row", "nodes", "kind", "fit"):
-            out[k] = out[k].astype(np.int64)
-        return out
+        table = np.array(pieces, dtype=np.float64).reshape(-1, 7)
+        row = np.concatenate(rows_of).astype(np.int64) if rows_of else np.zeros(0, dtype=np.int64)
+        piece = np.repeat(np.arange(len(pieces)), [len(r) for r in rows_of])
+        nodes, kind, fit = (table[piece, c].astype(np.int64) for c in (0, 1, 2))
+        factor = np.ones(len(row)) if spot_factor is None else np.where(kind == 1, spot_factor[row], 1.0)
+        imports, exports = import_h[row], export_h[row]
+        if work.tokens is not None:
+            run, low, high = (table[piece, c] * factor for c in (3, 4, 5))
+            tokens = np.full(len(row), work.tokens)
+        else:
+            run = low = high = table[piece, 3]
+            tokens = table[piece, 6] * run * 3600 / factor
+        hours = imports + run + exports
+        too_long = hours > t.max_hours[row]  # NaN (no maximum) compares False
+        long_rows, long_hours, long_nodes = row[too_long], hours[too_long], nodes[too_long]
+        self.rejected.add(long_rows, "max_duration", lambda i: (
+            f"needs {long_hours[i]:.1f} h of rental on {long_nodes[i]} node(s); the host allows at most "
+            f"{t.max_hours[long_rows[i]]:.1f} h"))
+        keep = ~too_long
+        return {"row": row[keep], "nodes": nodes[keep], "kind": kind[keep], "hours": hours[keep],
+                "wall": (imports + high + exports)[keep], "low": (imports + low + exports)[keep],
+                "tokens": tokens[keep], "fit": fit[keep]}
 
     def _validate_arrays(self, shapes, kinds, usable, tr, import_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
         """Per offer, the same job at micro-batch 1 on one node, for each signature that training

@@ -586,3 +586,22 @@ def test_two_spellings_of_one_gpu_are_one_node_shape(tmp_path, monkeypatch, rent
     assert quote["rejected_count"] == 0
     assert {s["offer_id"] for s in quote["plans"][0]["stages"]} == {"cheap"}
     assert len(quote["plans"]) == 1  # one provider and GPU: one group, one plan (top-K plans differ in both)
+
+
+def test_an_offer_that_may_not_run_long_enough_is_rejected_with_the_hours_it_needs(tmp_path, rentopt_home):
+    """A 2-day rental needs at least 48 h (plus its copies in and out); a host allowing 4.8 h
+    (max_days 0.2) is rejected for it, naming both, and the other offer trains."""
+    path = tmp_path / "offers.csv"
+    path.write_text("provider,offer_id,gpu,gpus,price_hour,currency,interconnect,max_days\n"
+                    "alpha,short,H100-SXM-80GB,8,20.00,USD,nvlink,0.2\n"
+                    "alpha,open,H100-SXM-80GB,8,30.00,USD,nvlink,\n")
+    result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", "--rent-days", "2",
+                                      "--offers-file", str(path), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    quote = json.loads(result.stdout)
+    (rejected,) = quote["rejected"]
+    assert rejected["offer_id"] == "short" and rejected["constraint"] == "max_duration"
+    found = re.fullmatch(r"needs (\d+\.\d) h of rental on 1 node\(s\); the host allows at most 4\.8 h", rejected["reason"])
+    assert found and 48.0 <= float(found.group(1)) < 52.0, rejected["reason"]
+    # it may still hold the short validation run; the training runs on the other one
+    assert {s["offer_id"] for s in quote["plans"][0]["stages"] if s["kind"] == "train"} == {"open"}

@@ -565,6 +565,16 @@ def test_an_impossible_deadline_or_budget_is_diagnosed_without_pricing_every_off
     assert "budget 5.00 USD is below the cheapest plan at any speed" in str(err.value)
 
 
+def _quote_offers_file(tmp_path: Path, csv_text: str, *job: str) -> dict:
+    """`rentopt quote --model 13b --mode lora JOB --format json` over an offers file of `csv_text`."""
+    path = tmp_path / "offers.csv"
+    path.write_text(csv_text)
+    result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", *job, "--offers-file", str(path),
+                                      "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
 @pytest.mark.parametrize("large_file_path", [False, True])
 def test_two_spellings_of_one_gpu_are_one_node_shape(tmp_path, monkeypatch, rentopt_home, large_file_path):
     """An offers file codes cells by spelling: "H100 SXM" and "H100-SXM-80GB" are two codes of
@@ -575,14 +585,9 @@ def test_two_spellings_of_one_gpu_are_one_node_shape(tmp_path, monkeypatch, rent
 
     if large_file_path:  # pandas' tokenizer, as for a file of 4 MiB and more
         monkeypatch.setattr(offers_reader, "_FRAME_BYTES", 0)
-    path = tmp_path / "offers.csv"
-    path.write_text("provider,offer_id,gpu,gpus,price_hour,currency,interconnect\n"
-                    "alpha,cheap,H100 SXM,8,20.00,USD,nvlink\n"
-                    "alpha,dear,H100-SXM-80GB,8,30.00,USD,NVLink\n")
-    result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", "--days", "1",
-                                      "--offers-file", str(path), "--format", "json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    quote = json.loads(result.stdout)
+    quote = _quote_offers_file(tmp_path, "provider,offer_id,gpu,gpus,price_hour,currency,interconnect\n"
+                                         "alpha,cheap,H100 SXM,8,20.00,USD,nvlink\n"
+                                         "alpha,dear,H100-SXM-80GB,8,30.00,USD,NVLink\n", "--days", "1")
     assert quote["rejected_count"] == 0
     assert {s["offer_id"] for s in quote["plans"][0]["stages"]} == {"cheap"}
     assert len(quote["plans"]) == 1  # one provider and GPU: one group, one plan (top-K plans differ in both)
@@ -591,14 +596,9 @@ def test_two_spellings_of_one_gpu_are_one_node_shape(tmp_path, monkeypatch, rent
 def test_an_offer_that_may_not_run_long_enough_is_rejected_with_the_hours_it_needs(tmp_path, rentopt_home):
     """A 2-day rental needs at least 48 h (plus its copies in and out); a host allowing 4.8 h
     (max_days 0.2) is rejected for it, naming both, and the other offer trains."""
-    path = tmp_path / "offers.csv"
-    path.write_text("provider,offer_id,gpu,gpus,price_hour,currency,interconnect,max_days\n"
-                    "alpha,short,H100-SXM-80GB,8,20.00,USD,nvlink,0.2\n"
-                    "alpha,open,H100-SXM-80GB,8,30.00,USD,nvlink,\n")
-    result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", "--rent-days", "2",
-                                      "--offers-file", str(path), "--format", "json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    quote = json.loads(result.stdout)
+    quote = _quote_offers_file(tmp_path, "provider,offer_id,gpu,gpus,price_hour,currency,interconnect,max_days\n"
+                                         "alpha,short,H100-SXM-80GB,8,20.00,USD,nvlink,0.2\n"
+                                         "alpha,open,H100-SXM-80GB,8,30.00,USD,nvlink,\n", "--rent-days", "2")
     (rejected,) = quote["rejected"]
     assert rejected["offer_id"] == "short" and rejected["constraint"] == "max_duration"
     found = re.fullmatch(r"needs (\d+\.\d) h of rental on 1 node\(s\); the host allows at most 4\.8 h", rejected["reason"])

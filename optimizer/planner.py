@@ -799,9 +799,10 @@ class _Planner:
         for members in np.split(rows[order], bounds):
             r = int(members[0])
             spec = get_gpu(t.gpu[r])  # type: ignore[arg-type]
-            mem = float(t.gpu_memory_gb[r])
+            # the key's values are the coded columns' own (rounded memory as coded), so distinct
+            # codes are distinct keys
             shape_key = (spec.id, int(t.gpus[r]), t.interconnect[r], t.fabric[r], _nan_none(t.fabric_gbps[r]),
-                         round(mem, 1) if mem > spec.memory_gb * 1.1 else None, _nan_none(ram_step[r]))
+                         None if modded[r] < 0 else float(modded[r]), _nan_none(ram_step[r]))
             shape = NodeShape(gpu=spec, gpus_per_node=shape_key[1], nodes=1, interconnect=shape_key[2],  # type: ignore[arg-type]
                               fabric=shape_key[3], fabric_gbps=shape_key[4], memory_gb=shape_key[5] or spec.memory_gb,
                               host_ram_gb=shape_key[6])

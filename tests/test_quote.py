@@ -605,3 +605,14 @@ def test_an_offer_that_may_not_run_long_enough_is_rejected_with_the_hours_it_nee
     assert found and 48.0 <= float(found.group(1)) < 52.0, rejected["reason"]
     # it may still hold the short validation run; the training runs on the other one
     assert {s["offer_id"] for s in quote["plans"][0]["stages"] if s["kind"] == "train"} == {"open"}
+
+
+def test_a_card_sold_with_more_memory_than_the_catalog_is_its_own_node_shape(tmp_path, rentopt_home):
+    """Vast lists modified 48 GB RTX 4090s. 13B weights in bf16 are 26 GB, more than a 24 GB
+    card holds without offloading, so only the 48 GB offer can train; both are one GPU model, so
+    their node shapes differ by memory alone."""
+    quote = _quote_offers_file(tmp_path, "provider,offer_id,gpu,gpus,price_hour,currency,gpu_memory_gb\n"
+                                         "alpha,stock,RTX 4090,1,0.30,USD,24\n"
+                                         "alpha,modded,RTX 4090,1,0.50,USD,48\n", "--rent-days", "1", "--offload", "none")
+    assert {s["offer_id"] for s in quote["plans"][0]["stages"] if s["kind"] == "train"} == {"modded"}
+    assert [(r["offer_id"], r["constraint"]) for r in quote["rejected"]] == [("stock", "memory")]

@@ -89,8 +89,6 @@ class SnapshotFile(BaseModel):
                                 tuple(tuple(r) for r in h.rows)) for h in section.history]
 
 
-
-
 @dataclass(frozen=True)
 class Provenance:
     """Where one provider's offers in an OfferSet came from, and how fresh they are."""

@@ -220,7 +220,7 @@ class OfferTable:
                 columns[name] = joined
         columns.update({name: np.concatenate([getattr(p, name) for p in parts]) for name in ARRAY_COLUMNS})
         prices = {name: np.concatenate([getattr(p, name) for p in parts], axis=1) for name in PRICE_COLUMNS}
-        terms, notes = _shifted(parts, starts)
+        terms, notes = shifted(parts, starts)
 
         def resolve(rows: Sequence[int]) -> list[Offer]:
             rows = np.asarray(list(rows), dtype=np.int64)
@@ -422,7 +422,7 @@ def merge_parts(parts: Sequence[Part]) -> Part:
                for name in {k for p in parts for k in p.columns}}
     prices = {name: merge_prices([p.prices.get(name, Const(_NAN)) for p in parts], sizes) for name in PRICE_COLUMNS}
     starts = np.cumsum([0] + sizes)
-    terms, notes = _shifted(parts, starts)
+    terms, notes = shifted(parts, starts)
     return Part(int(starts[-1]), columns, prices, terms, notes)
 
 
@@ -485,7 +485,7 @@ def _distinct_values(codes: np.ndarray, values: list) -> tuple[np.ndarray, list]
     return np.asarray(remap, dtype=np.int32)[codes], list(index)
 
 
-def _shifted(parts: Sequence[Any], starts: np.ndarray) -> tuple[dict, dict]:
+def shifted(parts: Sequence[Any], starts: np.ndarray) -> tuple[dict, dict]:
     """The parts' terms and notes keyed by the joined rows: the first part's are copied as they
     are (a dict copy, not a rebuild: a million-row part may carry a note per row)."""
     terms, notes = dict(parts[0].terms), dict(parts[0].extra_notes)

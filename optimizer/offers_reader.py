@@ -479,13 +479,8 @@ class _Frame:
         return self.frame[self.column[name]].tolist() if name in self.column else None
 
     def distinct(self, name: str) -> tuple[np.ndarray, list[str]]:
-        column = self.frame[self.column[name]]
-        if column.dtype == "category":
-            return column.cat.codes.to_numpy().astype(np.int32, copy=False), [str(v) for v in column.cat.categories]
-        import pandas as pd
-
-        codes, uniques = pd.factorize(column, sort=False)
-        return codes.astype(np.int32, copy=False), list(uniques)
+        column = self.frame[self.column[name]]  # a category column (`frames`: every one but the ids)
+        return column.cat.codes.to_numpy().astype(np.int32, copy=False), [str(v) for v in column.cat.categories]
 
     def row(self, i: int) -> list[str]:
         return next(csv.reader([self.lines.text(self.first_line + i, self.first_line + i)]))

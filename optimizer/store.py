@@ -28,7 +28,6 @@ with the row that records it; a shipped migration is never edited, a fix is a ne
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shlex
@@ -42,7 +41,6 @@ from datetime import date, datetime, timezone
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from functools import lru_cache
 from pathlib import Path
-
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -1320,11 +1318,9 @@ def _merged_columns(db: sqlite3.Connection, providers: list[str], sizes: list[in
     provider after the other, then `extra`'s (a Part; see `Store.load_plan_part`)."""
     import numpy as np
 
-    from rentopt.optimizer.offer_table import PRICE_COLUMNS, Const, merge_column, merge_prices
+    from rentopt.optimizer.offer_table import PRICE_COLUMNS, Const, Part, merge_column, merge_prices, shifted
 
     marks = ",".join("?" * len(providers))
-    starts = [0, *itertools.accumulate(sizes)]
-    stored_rows = starts[-1]
     if extra is not None:
         sizes = [*sizes, extra.n]
 
@@ -1371,19 +1367,20 @@ def _merged_columns(db: sqlite3.Connection, providers: list[str], sizes: list[in
             per_provider.append(extra.prices.get(name, Const(float("nan"))))
         prices[name] = merge_prices(per_provider, sizes)
     per_row = read("terms", "extra_notes")
-    terms: dict = defaultdict(list)
-    notes: dict = {}
-    for start, stored_terms, stored_notes in zip(starts, per_row["terms"], per_row["extra_notes"]):
+    pieces = []  # each provider's terms and notes by its own rows, then the extra rows'
+    for n, stored_terms, stored_notes in zip(sizes, per_row["terms"], per_row["extra_notes"]):
+        terms: dict = defaultdict(list)
         for k, r, h, p in stored_terms or []:
-            terms[(int(k), start + int(r))].append((float(h), float(p)))
+            terms[(int(k), int(r))].append((float(h), float(p)))
+        notes: dict = {}
         if stored_notes is not None and not isinstance(stored_notes, Const) and stored_notes.values:
             named = np.flatnonzero(np.array([v is not None for v in stored_notes.values], dtype=bool)[stored_notes.codes])
-            notes.update({start + int(r): stored_notes.values[stored_notes.codes[r]] for r in named})
+            notes = {int(r): stored_notes.values[stored_notes.codes[r]] for r in named}
+        pieces.append(Part(n, {}, {}, {key: tuple(v) for key, v in terms.items()}, notes))
     if extra is not None:
-        for (k, r), blocks in extra.terms.items():
-            terms[(k, stored_rows + r)].extend(blocks)
-        notes.update({stored_rows + r: note for r, note in extra.extra_notes.items()})
-    return sum(sizes), columns, prices, {k: tuple(v) for k, v in terms.items()}, notes
+        pieces.append(extra)
+    terms, notes = shifted(pieces, np.cumsum([0, *sizes]))
+    return sum(sizes), columns, prices, terms, notes
 
 
 _PRICES = 8  # index of the price fingerprint in an offer row

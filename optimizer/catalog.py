@@ -235,10 +235,9 @@ class OfferSet:
         keeps, read from the store only for those."""
         from rentopt.optimizer.offer_table import OfferTable
 
-        if isinstance(self.columns, StoreColumns):
-            return self.columns.table()  # the other offers are in its columns
-        mine = OfferTable.from_offers(self.offers)
-        return mine if self.columns is None else OfferTable.concat([self.columns.table(), mine])
+        if self.columns is not None:  # a store set's other offers are in its columns; a file set has none
+            return self.columns.table()
+        return OfferTable.from_offers(self.offers)
 
     def all_offers(self) -> list[Offer]:
         """Every offer of the set as a full Offer (a lazy set reads them from the store now)."""

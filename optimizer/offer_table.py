@@ -199,42 +199,6 @@ class OfferTable:
             out[name] = constant(value.value, (2, n), np.float64) if isinstance(value, Const) else value
         return cls(**out, terms=dict(terms or {}), extra_notes=dict(extra_notes or {}), resolve=resolve, _codes=codes)
 
-    @classmethod
-    def concat(cls, parts: Sequence[OfferTable]) -> OfferTable:
-        """The rows of `parts` one after the other; each part resolves its own rows."""
-        parts = [p for p in parts if p.n] or list(parts[:1])
-        if len(parts) == 1:
-            return parts[0]
-        if not parts:
-            return cls.build(0, {name: [] for name in LIST_COLUMNS})
-        starts = np.cumsum([0] + [p.n for p in parts])
-        columns: dict = {}
-        largest = max(parts, key=lambda p: p.n)
-        for name in LIST_COLUMNS:
-            if name in largest._codes:  # categorical in the big part: merge codes, decode once
-                columns[name] = _merge_codes(p.category(name) for p in parts)
-            else:
-                joined: list = []
-                for p in parts:
-                    joined.extend(getattr(p, name))
-                columns[name] = joined
-        columns.update({name: np.concatenate([getattr(p, name) for p in parts]) for name in ARRAY_COLUMNS})
-        prices = {name: np.concatenate([getattr(p, name) for p in parts], axis=1) for name in PRICE_COLUMNS}
-        terms, notes = shifted(parts, starts)
-
-        def resolve(rows: Sequence[int]) -> list[Offer]:
-            rows = np.asarray(list(rows), dtype=np.int64)
-            part_of = np.searchsorted(starts, rows, side="right") - 1
-            found: list[Offer | None] = [None] * len(rows)
-            for i, part in enumerate(parts):
-                mine = np.flatnonzero(part_of == i)
-                if len(mine):
-                    for j, o in zip(mine, part.offers(int(r) for r in rows[mine] - starts[i])):
-                        found[j] = o
-            return found  # type: ignore[return-value]
-
-        return cls.build(int(starts[-1]), columns, prices=prices, terms=terms, extra_notes=notes, resolve=resolve)
-
 
 # The table's columns, by kind; `build` fills the ones a source leaves out with these defaults
 # (the Offer model's own: models.Offer).

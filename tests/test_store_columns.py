@@ -16,7 +16,7 @@ from rentopt.optimizer.catalog import bundled_snapshot, load_offers
 from rentopt.optimizer.cli import cli
 from rentopt.optimizer.errors import StoreError
 from rentopt.optimizer.models import Offer, PriceOption
-from rentopt.optimizer.offer_table import OfferTable
+from rentopt.optimizer.offer_table import OfferTable, merge_parts
 from rentopt.optimizer.store import open_writable, store_path
 from tests.table_checks import assert_same_table
 
@@ -74,7 +74,8 @@ def test_joined_sources_keep_each_ones_terms_and_notes_on_its_own_rows(tmp_path)
     want = OfferTable.from_offers(first + second)
     assert_same_table(merged, want)
     assert merged.terms == {(0, 2): ((720.0, 4000.0),)} and merged.extra_notes == {3: "a bare H100 read as the SXM card"}
-    assert_same_table(OfferTable.concat([OfferTable.from_offers(first), OfferTable.from_offers(second)]), want)
+    assert_same_table(merge_parts([OfferTable.from_offers(first).part(), OfferTable.from_offers(second).part()]).table(),
+                      want)
 
 
 def test_a_store_table_joined_with_other_offers_is_one_table_resolving_both(rentopt_home):

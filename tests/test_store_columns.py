@@ -218,3 +218,24 @@ def test_texts_read_like_the_list_they_hold() -> None:
     joined = merge_column("offer_id", [column, ["c"], Texts.of([]), Texts.of([""])], [4, 1, 0, 1])
     assert isinstance(joined, Texts) and joined == [*ids, "c", ""]
     assert merge_column("offer_id", [column, ["bad\x00id"]], [4, 1]) == [*ids, "bad\x00id"]  # no Texts can hold it
+
+
+@pytest.mark.parametrize("damage, match", [
+    ("UPDATE plan_columns SET rows = rows + 1 WHERE name = 'gpus'", "differ in length"),
+    ("UPDATE plan_columns SET data = CAST('a1' AS BLOB) WHERE name = 'offer_id'", "1 texts for 2 rows"),
+    ("DELETE FROM plan_columns WHERE name = 'hourly.1'", "hourly"),
+])
+def test_damaged_planning_columns_are_refused_with_the_way_out(tmp_path, damage, match):
+    """A store whose planning columns do not fit together is one clear StoreError naming what is
+    wrong and how to move the file aside; nothing is written to it."""
+    path = tmp_path / "prices.sqlite"
+    with open_writable(path) as s:
+        s.write_snapshot("alpha", [offer("a1"), offer("a2")], fetched_at=T0)
+    db = sqlite3.connect(path)
+    db.execute(damage)
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with open_writable(path) as s, pytest.raises(StoreError, match=f"cannot read .*{match}.*mv "):
+        s.load_plan_part(["alpha"])
+    assert path.read_bytes() == before

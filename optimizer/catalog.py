@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -121,34 +121,89 @@ class Provenance:
 
 
 @dataclass
+class LazyRows:
+    """Rows of a lazy set as planning columns, with the way to their full offers: the bundled
+    snapshot's (validated only for the rows a quote keeps: bundled.py) and the user's sheets'."""
+
+    part: Any  # offer_table.Part
+    resolve: Callable[[Sequence[int]], list[Offer]]  # rows of `part` -> their full offers, in that order
+
+    @property
+    def n(self) -> int:
+        return self.part.n
+
+    @classmethod
+    def of_offers(cls, offers: Sequence[Offer]) -> LazyRows:
+        from rentopt.optimizer.offer_table import OfferTable
+
+        table = OfferTable.from_offers(offers)
+        return cls(table.part(), table.offers)
+
+    @classmethod
+    def joined(cls, pieces: Sequence[LazyRows]) -> LazyRows:
+        """The pieces' rows one after the other."""
+        from rentopt.optimizer.offer_table import merge_parts
+
+        if len(pieces) == 1:
+            return pieces[0]
+        starts = [0]
+        for piece in pieces:
+            starts.append(starts[-1] + piece.n)
+
+        def resolve(rows: Sequence[int]) -> list[Offer]:
+            found: dict[int, Offer] = {}
+            for piece, start, end in zip(pieces, starts, starts[1:]):
+                mine = sorted({r for r in rows if start <= r < end})
+                if mine:
+                    found.update(zip(mine, piece.resolve([r - start for r in mine])))
+            return [found[r] for r in rows]
+
+        return cls(merge_parts([p.part for p in pieces]), resolve)
+
+    def keys(self) -> list[tuple[str, str]]:
+        return _keys(self.part, self.n)
+
+    def load(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Offer]:
+        where = {k: r for r, k in enumerate(self.keys())}
+        return {o.key: o for o in self.resolve([where[k] for k in dict.fromkeys(keys) if k in where])}
+
+    def table(self) -> OfferTable:
+        return self.part.table(self.resolve)
+
+    def oldest(self) -> datetime | None:
+        return _oldest_column(self.part)
+
+
+@dataclass
 class StoreColumns:
     """A lazy set's offers from the price store, as planning columns: its full offers are read
     only for the rows a quote keeps, and only while the store still holds these snapshots. The
-    columns hold the set's other offers (bundled, sheets) after the stored rows, merged as they
-    were read: a million stored rows are copied once, never again to join a few thousand."""
+    columns hold the set's other rows (bundled, sheets: `others`) after the stored ones, merged
+    as they were read: a million stored rows are copied once, never again to join a few thousand."""
 
     path: Path
     snapshots: dict[str, int]  # provider -> the snapshot id the columns are of
-    part: Any  # offer_table.Part: the `n` stored rows, then one per offer of `others`
+    part: Any  # offer_table.Part: the `n` stored rows, then those of `others`
     n: int
-    others: list[Offer] = field(default_factory=list)
+    others: LazyRows
 
     def keys(self) -> list[tuple[str, str]]:
-        from rentopt.optimizer.offer_table import as_list
-
-        providers = as_list(self.part.columns["provider"], self.part.n, "provider")
-        return list(zip(providers[:self.n], self.part.columns["offer_id"][:self.n]))
+        return _keys(self.part, self.part.n)
 
     def load(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Offer]:
-        """The full offers of `keys`, all of them, from the snapshots the columns are of."""
+        """The full offers of `keys`, all of them: the stored ones from the snapshots the columns are of."""
+        stored = sorted({k for k in keys if k[0] in self.snapshots})
+        found = self.others.load([k for k in keys if k[0] not in self.snapshots])
+        if not stored:
+            return found
         store = open_readonly(self.path)
         if store is None:
             raise StoreError("the price store disappeared while quoting; run the quote again")
         with store:
-            loaded = {o.key: o for o in store.load_current_offers(sorted(set(keys)), self.snapshots)}
-        if len(loaded) != len(set(keys)):
+            loaded = {o.key: o for o in store.load_current_offers(stored, self.snapshots)}
+        if len(loaded) != len(stored):
             raise StoreError("prices changed while quoting (a refresh just finished); run the quote again")
-        return loaded
+        return loaded | found
 
     def table(self) -> OfferTable:
         """The columns as a table; its resolver reads the stored rows' full offers from the store."""
@@ -156,19 +211,29 @@ class StoreColumns:
 
         def resolve(rows: Sequence[int]) -> list[Offer]:
             # the keys of the kept rows only (a quote keeps a few hundred of a million)
-            wanted = [(table.provider[r], table.offer_id[r]) for r in rows if r < n]
-            loaded = self.load(wanted)
-            return [loaded[(table.provider[r], table.offer_id[r])] if r < n else others[r - n] for r in rows]
+            loaded = self.load([(table.provider[r], table.offer_id[r]) for r in rows if r < n])
+            theirs = dict(zip((r for r in rows if r >= n), others.resolve([r - n for r in rows if r >= n])))
+            return [loaded[(table.provider[r], table.offer_id[r])] if r < n else theirs[r] for r in rows]
 
         table = self.part.table(resolve)
         return table
 
     def oldest(self) -> datetime | None:
-        from rentopt.optimizer.offer_table import Const
+        return _oldest_column(self.part)
 
-        when = self.part.columns.get("fetched_at")
-        values = [when.value] if isinstance(when, Const) else list(getattr(when, "values", when) or [])
-        return min(values, default=None)
+
+def _keys(part: Any, n: int) -> list[tuple[str, str]]:
+    from rentopt.optimizer.offer_table import as_list
+
+    return list(zip(as_list(part.columns["provider"], part.n, "provider")[:n], part.columns["offer_id"][:n]))
+
+
+def _oldest_column(part: Any) -> datetime | None:
+    from rentopt.optimizer.offer_table import Const
+
+    when = part.columns.get("fetched_at")
+    values = [when.value] if isinstance(when, Const) else list(getattr(when, "values", when) or [])
+    return min(values, default=None)
 
 
 @dataclass
@@ -201,9 +266,9 @@ class TableColumns:
 class OfferSet:
     """Offers to plan with and where they came from.
 
-    A set loaded with `lazy=True` holds the store's providers as planning columns (`columns`)
-    and only the other providers' offers in `offers`: the planner ranks `table()` and the table
-    reads the few full offers it keeps from the store. Every other set holds all its offers.
+    A set loaded with `lazy=True` holds its offers as planning columns (`columns`; `offers` is
+    empty): the planner ranks `table()`, and the table reads the few full offers it keeps from
+    their source (the store, the bundled snapshot's offers). Every other set holds all its offers.
     """
 
     offers: list[Offer]
@@ -212,7 +277,7 @@ class OfferSet:
     prices_as_of: datetime | None  # the oldest fetched_at among `offers`
     label: str  # one line for the top of every output
     notes: list[str] = field(default_factory=list)
-    columns: StoreColumns | TableColumns | None = None  # lazy sets: the store's offers (or an offers file's) as columns
+    columns: StoreColumns | LazyRows | TableColumns | None = None  # lazy sets: every offer, as columns
 
     def keys(self) -> list[tuple[str, str]]:
         """Every offer's (provider, offer id), the store's first."""
@@ -235,7 +300,7 @@ class OfferSet:
         keeps, read from the store only for those."""
         from rentopt.optimizer.offer_table import OfferTable
 
-        if self.columns is not None:  # a store set's other offers are in its columns; a file set has none
+        if self.columns is not None:  # a lazy set's offers are all in its columns
             return self.columns.table()
         return OfferTable.from_offers(self.offers)
 
@@ -264,7 +329,7 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
     """The offers to plan with (see the module docstring for where each provider's come from).
 
     `providers` narrows to those providers; `query` filters further (in SQL for the store).
-    `lazy=True` returns the store's part as planning rows (see OfferSet); the quote uses it.
+    `lazy=True` returns the offers as planning rows (see OfferSet); the quote uses it.
     """
     query = query or OfferQuery()
     if providers is not None:
@@ -312,12 +377,14 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
 
 
 def _gather(store: Any, states: list, query: OfferQuery, requested: list[str] | None, lazy: bool
-            ) -> tuple[list[Offer], StoreColumns | None, dict[str, Provenance], list[str]]:
+            ) -> tuple[list[Offer], StoreColumns | LazyRows | None, dict[str, Provenance], list[str]]:
     """load_offers' choice of origin per provider and the offers read from each (the store's
-    inside the caller's read transaction)."""
+    inside the caller's read transaction): full offers, or for a lazy read (no region or price
+    filter) planning columns."""
     bundled, sheets, sheet_notes = _other_sources(states)
-    _check_known(requested, {s.name for s in states} | set(bundled) | set(sheets), "the price store or the bundled snapshot")
-    chosen = _choose(states, bundled, sheets)
+    _check_known(requested, {s.name for s in states} | set(bundled.sections) | set(sheets),
+                 "the price store or the bundled snapshot")
+    chosen = _choose(states, bundled.sections, sheets)
     if query.providers is not None:
         # A plugin's name stands for the providers it delivers (`--providers sheet`: autodl, jygpu, ...).
         wanted = {n for n in query.providers if n in chosen}
@@ -326,28 +393,81 @@ def _gather(store: Any, states: list, query: OfferQuery, requested: list[str] | 
         chosen = {n: p for n, p in chosen.items() if n in wanted}
         query = replace(query, providers=tuple(sorted(wanted)))
     from_store = sorted(n for n, p in chosen.items() if p.origin == "store")
-    offers: list[Offer] = []
+    # the other providers in name order, runs of one origin (bundled or sheet) together
+    runs: list[tuple[str, list[str]]] = []
     for name, prov in sorted(chosen.items()):
-        if prov.origin == "bundled":
-            offers += [o for o in bundled[name].offers if query.matches(o)]
-        elif prov.origin == "sheet":
-            offers += [o for o in sheets[name] if query.matches(o)]
-    columns = None
-    if from_store:
-        store_query = replace(query, providers=tuple(from_store))
-        if store is None:  # cannot happen: a provider comes from the store only when it is open
-            raise StoreError("the price store disappeared while reading it; run the command again")
-        if lazy and query.region is None and query.max_hour_price is None:
-            columns = _store_columns(store, store_query, offers)
+        if prov.origin == "store":
+            continue
+        if runs and runs[-1][0] == prov.origin:
+            runs[-1][1].append(name)
         else:
-            offers = store.load_offers(store_query) + offers
-    return offers, columns, chosen, sheet_notes
+            runs.append((prov.origin, [name]))
+    if store is None and from_store:  # cannot happen: a provider comes from the store only when it is open
+        raise StoreError("the price store disappeared while reading it; run the command again")
+    store_query = replace(query, providers=tuple(from_store))
+    if not (lazy and query.region is None and query.max_hour_price is None):
+        offers: list[Offer] = []
+        for origin, names in runs:
+            offers += bundled.offers(names, query) if origin == "bundled" else _sheet_offers(sheets, names, query)
+        return (store.load_offers(store_query) if from_store else []) + offers, None, chosen, sheet_notes
+    others = LazyRows.joined([bundled.rows(names, query) if origin == "bundled" else
+                              LazyRows.of_offers(_sheet_offers(sheets, names, query)) for origin, names in runs]
+                             or [LazyRows.of_offers([])])
+    columns = _store_columns(store, store_query, others) if from_store else others
+    return [], columns, chosen, sheet_notes
 
 
-def _other_sources(states: list) -> tuple[dict[str, SnapshotProvider], dict[str, list[Offer]], list[str]]:
-    """The bundled snapshot's providers and the user's sheets (with a note per unusable sheet)."""
-    snapshot = _bundled_or_none(store_has_data=bool(states))
-    bundled = {p.provider: p for p in snapshot.providers} if snapshot else {}
+def _sheet_offers(sheets: dict[str, list[Offer]], names: Sequence[str], query: OfferQuery) -> list[Offer]:
+    return [o for name in names for o in sheets[name] if query.matches(o)]
+
+
+@dataclass(frozen=True)
+class _Bundled:
+    """The bundled snapshot as a source: its sections, and its offers read either in full
+    (the snapshot file) or as planning columns (bundled.py's columns file, when it is there)."""
+
+    sections: dict[str, Any]  # provider -> bundled.Section
+    columns: Any = None  # bundled.BundledColumns
+
+    @staticmethod
+    def read(*, store_has_data: bool) -> _Bundled:
+        from rentopt.optimizer import bundled
+
+        columns = bundled.load()
+        if columns is not None:
+            return _Bundled({s.provider: s for s in columns.sections}, columns)
+        snapshot = _bundled_or_none(store_has_data=store_has_data)
+        return _Bundled({p.provider: _section(p) for p in snapshot.providers} if snapshot else {})
+
+    def offers(self, names: Sequence[str], query: OfferQuery) -> list[Offer]:
+        """`names`' offers that `query` keeps, in full."""
+        sections = {p.provider: p for p in bundled_snapshot().providers}
+        return [o for name in names for o in sections[name].offers if query.matches(o)]
+
+    def rows(self, names: Sequence[str], query: OfferQuery) -> LazyRows:
+        """`names`' offers that `query` keeps (it has no region or price filter), as planning
+        columns: from the columns file, else (none, or a damaged one) from the snapshot."""
+        if self.columns is None:
+            return LazyRows.of_offers(self.offers(names, query))
+        try:
+            part, resolve = self.columns.part(names)
+        except (ValueError, TypeError, KeyError):
+            return LazyRows.of_offers(self.offers(names, query))
+        if all(v is None for v in (query.gpus, query.min_gpus, query.min_gpu_memory_gb, query.spot, query.currency)):
+            return LazyRows(part, resolve)
+        kept = _matching(part.table(resolve), replace(query, providers=None))
+        return LazyRows(kept.part(), kept.offers)
+
+
+def _section(p: SnapshotProvider) -> Any:
+    from rentopt.optimizer.bundled import Section
+
+    return Section(p.provider, p.plugin, p.fetched_at, p.source, len(p.offers))
+
+
+def _other_sources(states: list) -> tuple[_Bundled, dict[str, list[Offer]], list[str]]:
+    """The bundled snapshot and the user's sheets (with a note per unusable sheet)."""
+    bundled = _Bundled.read(store_has_data=bool(states))
     sheets, sheet_notes = _user_sheets()
     return bundled, sheets, sheet_notes
 
@@ -361,15 +481,15 @@ def load_provenance() -> dict[str, Provenance]:
         with store:
             states = [s for s in store.providers() if s.has_data]
     bundled, sheets, _ = _other_sources(states)
-    return _choose(states, bundled, sheets)
+    return _choose(states, bundled.sections, sheets)
 
 
-def _store_columns(store: Any, query: OfferQuery, others: list[Offer]) -> StoreColumns:
+def _store_columns(store: Any, query: OfferQuery, others: LazyRows) -> StoreColumns:
     """The store's offers matching `query` (no region or price filter) as planning columns,
-    `others` (offers of other sources) after them."""
-    from rentopt.optimizer.offer_table import OfferTable, merge_parts
+    the rows of `others` (other sources') after them."""
+    from rentopt.optimizer.offer_table import merge_parts
 
-    extra = OfferTable.from_offers(others).part()
+    extra = others.part
     if any(v is not None for v in (query.gpus, query.min_gpus, query.min_gpu_memory_gb, query.spot, query.currency)):
         snapshots, stored = store.load_plan_part(query.providers or ())
         stored = _filtered(stored, query)
@@ -383,7 +503,7 @@ def _filtered(part: Any, query: OfferQuery) -> Any:
     return _matching(part.table(), replace(query, providers=None)).part()
 
 
-def _choose(states: Sequence, bundled: dict[str, SnapshotProvider], sheets: dict[str, list[Offer]]) -> dict[str, Provenance]:
+def _choose(states: Sequence, bundled: dict[str, Any], sheets: dict[str, list[Offer]]) -> dict[str, Provenance]:
     """Per provider, the one origin its offers come from (see the module docstring)."""
     chosen: dict[str, Provenance] = {}
     in_store = {s.name: s for s in states}
@@ -403,7 +523,7 @@ def _choose(states: Sequence, bundled: dict[str, SnapshotProvider], sheets: dict
             why = ""
             if state is not None:
                 why = f"newer than the price store's of {state.fetched_at:%Y-%m-%d}"
-            chosen[name] = Provenance(name, section.fetched_at, section.source, len(section.offers), origin="bundled",
+            chosen[name] = Provenance(name, section.fetched_at, section.source, section.offers, origin="bundled",
                                       plugin=section.plugin, why=why)
     return chosen
 

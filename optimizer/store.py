@@ -49,6 +49,7 @@ from rentopt.optimizer.errors import FileSystemError, StoreError
 from rentopt.optimizer.gc_pause import gc_paused
 from rentopt.optimizer.models import Offer, PlanRow, plan_row
 from rentopt.optimizer.paths import check_home, ensure_home, fs_error, rentopt_home
+from rentopt.optimizer.plan_columns import decode_column, encode_table, merge_encoded, parse_timestamp, timestamp
 from rentopt.optimizer.redact import redact
 from rentopt.optimizer.offers_io import hour_price
 
@@ -73,28 +74,6 @@ def store_path() -> Path:
 
 # --------------------------------------------------------------------------------------------
 # Small pure helpers
-
-
-def timestamp(dt: datetime) -> str:
-    """A fixed-width UTC timestamp that sorts as text, the form every time column uses.
-
-    >>> timestamp(datetime(2026, 11, 28, 6, tzinfo=timezone.utc))
-    '2026-11-28T06:00:00.000000Z'
-    """
-    if dt.tzinfo is None:
-        raise ValueError("timestamps must carry a timezone")
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_timestamp(text: str | None) -> datetime | None:
-    """Inverse of `timestamp`.
-
-    >>> parse_timestamp('2026-11-28T06:00:00.000000Z')
-    datetime.datetime(2026, 11, 28, 6, 0, tzinfo=datetime.timezone.utc)
-    """
-    if text is None:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def to_micros(amount: Decimal, rounding: str = ROUND_HALF_UP) -> int:
@@ -551,93 +530,18 @@ def _plan_json(offer: Offer) -> str:
 
 # --------------------------------------------------------------------------------------------
 # Planning columns: one row of `plan_columns` per provider and column, the column of all the
-# provider's current offers (in offer id order) as one typed value:
-#   f8 / i8 / b1  little-endian float64 / int64 / uint8 bytes (NaN: unknown)
-#   const         every row the same: `meta` is that value as JSON (null: unknown)
-#   codes         strings: int32 codes into `meta`, a JSON list of the distinct values
-#   text          offer ids, UTF-8, NUL-separated
-#   json          `meta` is the column as JSON (reserved terms: [kind, row, hours, price] rows)
-# Prices are per node in the offer's currency, the cheapest per unit and kind
-# ("hourly.0" on-demand, "hourly.1" interruptible; day, week, month likewise), as
-# optimizer/offer_table.py defines them.
+# provider's current offers (in offer id order) as one typed value, encoded as
+# optimizer/plan_columns.py defines.
 
 
 def _write_plan_columns(db: sqlite3.Connection, provider: str, snapshot_id: int, offers: Sequence[Offer]) -> None:
-    from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable
+    from rentopt.optimizer.offer_table import OfferTable
 
     table = OfferTable.from_offers(sorted(offers, key=lambda o: o.offer_id))
-    n = table.n
-    ids = table.offer_id
-    out = [("offer_id", "text", "\x00".join(ids).encode(), None) if not any("\x00" in i for i in ids)
-           else ("offer_id", "json", None, json.dumps(ids))]
-    for name in LIST_COLUMNS:
-        if name in ("offer_id", "provider"):
-            continue
-        codes, values = table.category(name)
-        if name == "fetched_at":
-            values = [timestamp(v) for v in values]
-        out.append((name, "codes", codes.astype("<i4").tobytes(), json.dumps(values)))
-    for name in ARRAY_COLUMNS:
-        out.append((name, *_encode_array(getattr(table, name))))
-    for name in PRICE_COLUMNS:
-        for kind in (0, 1):
-            out.append((f"{name}.{kind}", *_encode_array(getattr(table, name)[kind])))
-    out.append(("terms", "json", None, json.dumps([[k, r, h, p] for (k, r), blocks in sorted(table.terms.items())
-                                                  for h, p in blocks])))
-    notes = [None] * n
-    for r, note in table.extra_notes.items():
-        notes[r] = note
-    index: dict = {}
-    codes = [index.setdefault(v, len(index)) for v in notes]
-    out.append(("extra_notes", "codes", _int32_bytes(codes), json.dumps(list(index))))
     db.execute("DELETE FROM plan_columns WHERE provider = ?", (provider,))
     db.executemany("INSERT INTO plan_columns (provider, snapshot_id, name, encoding, rows, data, meta)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?)", [(provider, snapshot_id, name, e, n, d, m) for name, e, d, m in out])
-
-
-def _int32_bytes(values: list[int]) -> bytes:
-    import numpy as np
-
-    return np.array(values, dtype="<i4").tobytes()
-
-
-def _encode_array(values) -> tuple[str, bytes | None, str | None]:  # noqa: ANN001 - a numpy array
-    import numpy as np
-
-    if len(values):
-        first = values[0]
-        same = np.isnan(values).all() if values.dtype.kind == "f" and first != first else (values == first).all()
-        if same:
-            item = first.item()
-            return "const", None, json.dumps(None if item != item else item)
-    kind = {"f": ("f8", "<f8"), "i": ("i8", "<i8"), "b": ("b1", "u1")}[values.dtype.kind]
-    return kind[0], np.ascontiguousarray(values, dtype=kind[1]).tobytes(), None
-
-
-def _decode_column(name: str, encoding: str, rows: int, data: bytes | None, meta: str | None):  # noqa: ANN202
-    import numpy as np
-
-    from rentopt.optimizer.offer_table import Codes, Const
-
-    if encoding == "const":
-        value = json.loads(meta or "null")
-        return Const(float("nan") if value is None else value)
-    if encoding in ("f8", "i8", "b1"):
-        dtype = {"f8": "<f8", "i8": "<i8", "b1": "u1"}[encoding]
-        values = np.frombuffer(data or b"", dtype=dtype)
-        return values.astype(bool) if encoding == "b1" else values
-    if encoding == "codes":
-        values = json.loads(meta or "[]")
-        if name == "fetched_at":
-            values = [parse_timestamp(v) for v in values]
-        return Codes(np.frombuffer(data or b"", dtype="<i4"), values)
-    if encoding == "text":
-        from rentopt.optimizer.offer_table import Texts
-
-        return Texts(data or b"", rows)
-    if encoding == "json":
-        return json.loads(meta or "[]")
-    raise ValueError(f"unknown column encoding {encoding!r}")
+                   " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   [(provider, snapshot_id, name, e, table.n, d, m) for name, e, d, m in encode_table(table)])
 
 
 def applied_migrations(db: sqlite3.Connection) -> list[str]:
@@ -1027,7 +931,7 @@ class Store:
         columns are of. A provider with no current snapshot is left out. Read column by column,
         each merged before the next is read: a million stored offers are never held twice
         (their blobs, then the merged columns)."""
-        from rentopt.optimizer.offer_table import Part, merge_parts
+        from rentopt.optimizer.offer_table import merge_parts
 
         names = sorted(set(providers))
         nothing = merge_parts([] if extra is None else [extra])
@@ -1050,13 +954,12 @@ class Store:
                 present = sorted(snapshots)
                 if not present:
                     return {}, nothing
-                merged = _merged_columns(self.db, present, [sizes[p] for p in present], sorted({r[2] for r in index}),
-                                         extra)
+                part = _merged_columns(self.db, present, [sizes[p] for p in present], sorted({r[2] for r in index}),
+                                       extra)
         except (ValueError, TypeError, KeyError) as exc:
             raise StoreError(f"the price store {self.path} holds planning columns this rentopt cannot read ({exc}). "
                              f"{way_out(self.path)}") from None
-        n, columns, prices, terms, notes = merged
-        return snapshots, Part(n, columns, prices, terms, notes)
+        return snapshots, part
 
     def load_current_offers(self, keys: Iterable[tuple[str, str]], snapshots: dict[str, int]) -> list[Offer]:
         """`load_offers_by_key`, but only while each provider's current snapshot is still the one
@@ -1313,16 +1216,10 @@ class Store:
 
 
 def _merged_columns(db: sqlite3.Connection, providers: list[str], sizes: list[int], names: list[str],
-                    extra: Any = None) -> tuple:
-    """(rows, columns, prices, terms, notes) of `providers`' planning columns merged, rows one
-    provider after the other, then `extra`'s (a Part; see `Store.load_plan_part`)."""
-    import numpy as np
-
-    from rentopt.optimizer.offer_table import PRICE_COLUMNS, Const, Part, merge_column, merge_prices, shifted
-
+                    extra: Any = None) -> Any:
+    """The Part of `providers`' planning columns merged, rows one provider after the other,
+    then `extra`'s (a Part; see `Store.load_plan_part`)."""
     marks = ",".join("?" * len(providers))
-    if extra is not None:
-        sizes = [*sizes, extra.n]
 
     def read(*wanted: str) -> dict[str, list]:
         """Each wanted column's value per provider (None: the provider has none), decoded."""
@@ -1330,57 +1227,10 @@ def _merged_columns(db: sqlite3.Connection, providers: list[str], sizes: list[in
         for provider, name, encoding, rows, data, meta in db.execute(
                 f"SELECT provider, name, encoding, rows, data, meta FROM plan_columns"
                 f" WHERE name IN ({','.join('?' * len(wanted))}) AND provider IN ({marks})", [*wanted, *providers]):
-            found[name][provider] = _decode_column(name, encoding, rows, data, meta)
+            found[name][provider] = decode_column(name, encoding, rows, data, meta)
         return {name: [found[name].get(p) for p in providers] for name in wanted}
 
-    def merged(name: str, values: list) -> Any:
-        return merge_column(name, values if extra is None else [*values, extra.columns.get(name)], sizes)
-
-    columns: dict = {"provider": merged("provider", [Const(p) for p in providers])}
-    for name in names:
-        if "." in name or name in ("terms", "extra_notes", "provider"):
-            continue
-        (values,) = read(name).values()
-        if name == "offer_id":
-            for provider, ids, n in zip(providers, values, sizes):
-                if ids is None or len(ids) != n:  # type: ignore[arg-type]
-                    raise ValueError(f"{provider}: {0 if ids is None else len(ids)} offer ids for {n} rows")  # type: ignore[arg-type]
-        columns[name] = merged(name, values)
-    if "offer_id" not in columns:
-        raise ValueError("no offer id column")
-    if extra is not None:  # a column only the extra rows have (none today: the store holds every column)
-        for name in set(extra.columns) - set(columns):
-            columns[name] = merged(name, [None] * len(providers))
-    prices = {}
-    for name in PRICE_COLUMNS:
-        pairs = read(f"{name}.0", f"{name}.1")
-        per_provider = []
-        for first, second, n in zip(pairs[f"{name}.0"], pairs[f"{name}.1"], sizes):
-            if first is None or second is None:
-                raise KeyError(f"{name}.0")
-            if isinstance(first, Const) and isinstance(second, Const) and repr(first.value) == repr(second.value):
-                per_provider.append(first)
-            else:
-                per_provider.append(np.stack([np.full(n, v.value, dtype=np.float64) if isinstance(v, Const) else v
-                                              for v in (first, second)]))
-        if extra is not None:
-            per_provider.append(extra.prices.get(name, Const(float("nan"))))
-        prices[name] = merge_prices(per_provider, sizes)
-    per_row = read("terms", "extra_notes")
-    pieces = []  # each provider's terms and notes by its own rows, then the extra rows'
-    for n, stored_terms, stored_notes in zip(sizes, per_row["terms"], per_row["extra_notes"]):
-        terms: dict = defaultdict(list)
-        for k, r, h, p in stored_terms or []:
-            terms[(int(k), int(r))].append((float(h), float(p)))
-        notes: dict = {}
-        if stored_notes is not None and not isinstance(stored_notes, Const) and stored_notes.values:
-            named = np.flatnonzero(np.array([v is not None for v in stored_notes.values], dtype=bool)[stored_notes.codes])
-            notes = {int(r): stored_notes.values[stored_notes.codes[r]] for r in named}
-        pieces.append(Part(n, {}, {}, {key: tuple(v) for key, v in terms.items()}, notes))
-    if extra is not None:
-        pieces.append(extra)
-    terms, notes = shifted(pieces, np.cumsum([0, *sizes]))
-    return sum(sizes), columns, prices, terms, notes
+    return merge_encoded(read, providers, sizes, names, extra)
 
 
 _PRICES = 8  # index of the price fingerprint in an offer row

@@ -56,6 +56,7 @@ def test_the_sdist_carries_what_the_tests_need(artefacts):
     for needed in ("LICENSE", "README.md", "pyproject.toml", "tests/conftest.py", "tests/test_packaging.py",
                    "tests/providers/helpers.py", "tools/fixture_routes.py", "tools/build_snapshot.py",
                    "fixtures/vast/bundles.json", "fixtures/vast/routes.json", "optimizer/data/snapshot.json.gz",
+                   "optimizer/data/snapshot-columns.bin.gz",
                    "providers/sheets/jygpu.toml", "rentopt/__init__.py", ".ci/run"):
         assert needed in names, f"{needed} is missing from the sdist"
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
@@ -70,7 +71,8 @@ def test_the_wheel_installs_exactly_one_top_level_package(artefacts):
     assert top == ["rentopt"]
     roots = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert roots == {"rentopt"}, roots
-    for data in ("rentopt/optimizer/data/snapshot.json.gz", "rentopt/optimizer/data/gpus.toml",
+    for data in ("rentopt/optimizer/data/snapshot.json.gz", "rentopt/optimizer/data/snapshot-columns.bin.gz",
+                 "rentopt/optimizer/data/gpus.toml",
                  "rentopt/providers/sheets/jygpu.toml"):
         assert data in names
     assert "rentopt.providers.vast:VastProvider" in entry_points

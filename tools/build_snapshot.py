@@ -7,7 +7,7 @@ beside) the first refresh, from PUBLISHED prices only:
 - the bundled price sheets whose prices are sourced and dated (JYGPU, AutoDL), read by the real
   `sheet` plugin; a sheet with placeholder prices (NexGPU) contributes nothing.
 
-    .venv/bin/python tools/build_snapshot.py                  # rewrite the bundled snapshot
+    .venv/bin/python tools/build_snapshot.py                  # rewrite the bundled snapshot (and its columns)
     .venv/bin/python tools/build_snapshot.py --check          # exit 1 if it differs from a fresh build
     .venv/bin/python tools/build_snapshot.py --catalogs DIR   # DIR/skypilot-v8/<date>/<cloud>/vms.csv
 
@@ -175,7 +175,14 @@ def build(catalogs: Path | None = None):
                         providers=sections)
 
 
+def columns_path(snapshot_path: Path) -> Path:
+    """Where the snapshot's planning columns go (optimizer/bundled.py): snapshot-columns.bin.gz
+    beside snapshot.json.gz."""
+    return snapshot_path.with_name(snapshot_path.name.removesuffix(".json.gz") + "-columns.bin.gz")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from rentopt.optimizer import bundled
     from rentopt.optimizer.catalog import encode_snapshot, parse_snapshot
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -190,16 +197,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"build_snapshot: {exc}", file=sys.stderr)
         return 2
     summary = ", ".join(f"{p.provider} {len(p.offers)}" for p in snapshot.providers)
+    columns = columns_path(args.output)
     if args.check:
-        shipped = parse_snapshot(args.output.read_bytes()) if args.output.exists() else None
+        raw = args.output.read_bytes() if args.output.exists() else b""
+        shipped = parse_snapshot(raw) if raw else None
         if shipped != snapshot:
             print(f"{args.output} is out of date with the catalogs and sheets; run tools/build_snapshot.py", file=sys.stderr)
             return 1
-        print(f"{args.output} is up to date ({summary})")
+        if not columns.exists() or columns.read_bytes() != bundled.encode(raw):
+            print(f"{columns} is out of date with {args.output.name}; run tools/build_snapshot.py", file=sys.stderr)
+            return 1
+        print(f"{args.output} and {columns.name} are up to date ({summary})")
         return 0
     data = encode_snapshot(snapshot)
     args.output.write_bytes(data)
-    print(f"wrote {args.output}: {len(data):,} bytes, {len(snapshot.offers)} offers ({summary})")
+    columns.write_bytes(table := bundled.encode(data))
+    print(f"wrote {args.output}: {len(data):,} bytes, {len(snapshot.offers)} offers ({summary}); "
+          f"{columns.name}: {len(table):,} bytes")
     return 0
 
 

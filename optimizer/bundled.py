@@ -1,0 +1,184 @@
+"""The bundled snapshot as planning columns: what a quote reads of it.
+
+`data/snapshot.json.gz` (catalog.py) is the truth: about 3,000 offers in 4 MB of JSON, which
+take 0.1 s of every quote to validate in full and turn into columns, while a quote keeps a few
+dozen of them. So tools/build_snapshot.py also writes `data/snapshot-columns.bin.gz`: the same
+offers per provider as planning columns (in plan_columns' encoding, as the store holds them)
+and each offer's JSON, tied to the snapshot file by its SHA-256. A quote reads the columns and
+validates only the full offers of the rows it keeps.
+
+A columns file that is missing, damaged or of another snapshot file is not used: `load()`
+gives None and the quote parses the snapshot as it did before (tests/test_bundled.py checks
+that the shipped file is the one `encode` writes for the shipped snapshot).
+
+File layout (gzip): one line of JSON, the header, then the columns' bytes one after the other.
+The header: {"format", "snapshot_sha256", "sections": [{"provider", "plugin", "fetched_at",
+"source", "rows", "columns": [[name, encoding, offset, length, meta], ...]}, ...]}; offset and
+length locate a column's bytes after the header line (null for columns that have none). Each
+section's rows are its offers in the snapshot's order; its `offer_json` column (text) holds
+each offer's JSON.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from rentopt.optimizer.errors import StoreError
+from rentopt.optimizer.models import Offer
+from rentopt.optimizer.plan_columns import decode_column, encode_table, merge_encoded, parse_timestamp, timestamp
+
+COLUMNS_RESOURCE = "data/snapshot-columns.bin.gz"
+COLUMNS_FORMAT = 1
+_OFFERS = TypeAdapter(list[Offer])
+
+
+@dataclass(frozen=True)
+class Section:
+    """One provider's section of the snapshot: what provenance needs, without its offers."""
+
+    provider: str
+    plugin: str
+    fetched_at: datetime
+    source: str
+    offers: int  # how many
+
+
+@dataclass
+class BundledColumns:
+    """The columns file, read: its sections and, per section, its encoded columns."""
+
+    sections: list[Section]
+    _columns: dict[str, dict[str, tuple]]  # provider -> column name -> (encoding, data, meta)
+    _parsed: dict[tuple[str, int], Offer] = field(default_factory=dict)
+
+    def part(self, providers: Sequence[str]) -> tuple[Any, Any]:
+        """(the Part of `providers`' offers, rows section by section in the order given; the
+        resolver of its rows' full offers). ValueError, TypeError or KeyError when damaged."""
+        from rentopt.optimizer.offer_table import Texts
+
+        sizes = self._sizes
+        chosen = list(providers)
+        names = sorted({name for p in chosen for name in self._columns[p]} - {"offer_json"})
+        part = merge_encoded(self._read(chosen), chosen, [sizes[p] for p in chosen], names)
+        texts = {p: self._decoded(p, "offer_json") for p in chosen}
+        if any(not isinstance(t, Texts) or len(t) != sizes[p] for p, t in texts.items()):
+            raise ValueError("the offers' JSON does not match the columns")
+        where = [(p, r) for p in chosen for r in range(sizes[p])]  # part row -> (provider, its row)
+
+        def resolve(rows: Sequence[int]) -> list[Offer]:
+            return self._offers([where[r] for r in rows], texts)
+
+        return part, resolve
+
+    def _decoded(self, provider: str, name: str) -> Any:
+        """One column of one section, decoded; None when the section has no such column."""
+        column = self._columns[provider].get(name)
+        if column is None:
+            return None
+        encoding, data, meta = column
+        rows = self._sizes[provider]
+        value = decode_column(name, encoding, rows, data, meta)
+        length = len(value.codes) if hasattr(value, "codes") else None if encoding in ("const", "json") else len(value)
+        if length not in (None, rows):
+            raise ValueError(f"{provider}: {length} values of {name} for {rows} offers")
+        return value
+
+    @property
+    def _sizes(self) -> dict[str, int]:
+        return {s.provider: s.offers for s in self.sections}
+
+    def _read(self, providers: list[str]):  # noqa: ANN202 - plan_columns.Reader
+        def read(*wanted: str) -> dict[str, list]:
+            return {name: [self._decoded(p, name) for p in providers] for name in wanted}
+
+        return read
+
+    def _offers(self, wanted: list[tuple[str, int]], texts: dict) -> list[Offer]:
+        """The full offers at (provider, row), validated once each (a quote asks for a row in
+        its first pass and again for the plans it shows)."""
+        todo = sorted({w for w in wanted if w not in self._parsed})
+        if todo:
+            try:
+                parsed = _OFFERS.validate_json("[" + ",".join(texts[p][r] for p, r in todo) + "]")
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise StoreError(f"the bundled price snapshot's columns are damaged ({'.'.join(map(str, first['loc']))}:"
+                                 f" {first['msg']}); reinstall rentopt or run `rentopt refresh`") from None
+            self._parsed.update(zip(todo, parsed))
+        return [self._parsed[w] for w in wanted]
+
+
+def encode(snapshot_raw: bytes) -> bytes:
+    """The columns file of the snapshot file `snapshot_raw` (its bytes as shipped)."""
+    from rentopt.optimizer.catalog import parse_snapshot
+    from rentopt.optimizer.offer_table import OfferTable
+
+    snapshot = parse_snapshot(snapshot_raw)
+    body = bytearray()
+    sections = []
+    for section in snapshot.providers:
+        table = OfferTable.from_offers(section.offers)
+        texts = [o.model_dump_json() for o in section.offers]
+        if any("\x00" in t for t in texts):  # JSON escapes control characters; a NUL here is a bug
+            raise ValueError(f"{section.provider}: an offer's JSON holds a NUL")
+        encoded = [*encode_table(table), ("offer_json", "text", "\x00".join(texts).encode(), None)]
+        columns = []
+        for name, encoding, data, meta in encoded:
+            columns.append([name, encoding, None if data is None else len(body), None if data is None else len(data), meta])
+            body += data or b""
+        sections.append({"provider": section.provider, "plugin": section.plugin,
+                         "fetched_at": timestamp(section.fetched_at), "source": section.source,
+                         "rows": len(section.offers), "columns": columns})
+    header = {"format": COLUMNS_FORMAT, "snapshot_sha256": hashlib.sha256(snapshot_raw).hexdigest(),
+              "sections": sections}
+    return gzip.compress(json.dumps(header, separators=(",", ":")).encode() + b"\n" + bytes(body), mtime=0)
+
+
+def decode(raw: bytes, snapshot_raw: bytes) -> BundledColumns | None:
+    """The columns file `raw` if it is one and of the snapshot file `snapshot_raw`, else None."""
+    try:
+        text = gzip.decompress(raw)
+        end = text.index(b"\n")
+        header = json.loads(text[:end])
+        if header.get("format") != COLUMNS_FORMAT or \
+                header.get("snapshot_sha256") != hashlib.sha256(snapshot_raw).hexdigest():
+            return None
+        body = memoryview(text)[end + 1:]
+        sections, columns = [], {}
+        for s in header["sections"]:
+            when = parse_timestamp(s["fetched_at"])
+            sections.append(Section(s["provider"], s["plugin"], when, s["source"], int(s["rows"])))
+            mine = columns[s["provider"]] = {}
+            for name, encoding, offset, length, meta in s["columns"]:
+                data = None if offset is None else bytes(body[offset:offset + length])
+                if data is not None and len(data) != length:
+                    return None
+                mine[name] = (encoding, data, meta)
+            if "offer_json" not in mine:
+                return None
+        return BundledColumns(sections, columns)
+    except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+@lru_cache(maxsize=1)
+def load() -> BundledColumns | None:
+    """The shipped columns file, if it is there and of the shipped snapshot (read once per process)."""
+    from rentopt.optimizer.catalog import SNAPSHOT_RESOURCE
+
+    here = resources.files("rentopt.optimizer")
+    try:
+        raw, snapshot_raw = here.joinpath(COLUMNS_RESOURCE).read_bytes(), here.joinpath(SNAPSHOT_RESOURCE).read_bytes()
+    except OSError:
+        return None
+    return decode(raw, snapshot_raw)

@@ -17,7 +17,7 @@ Every rejection states the number that failed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from rentopt.optimizer.errors import InputError
@@ -213,6 +213,7 @@ def runtime_for(setup: TrainingSetup, gpu: GpuSpec, capabilities: Capabilities =
 class Fit:
     layout: Layout
     memory: MemoryEstimate
+    host_ram_matters: bool = True  # False: find_layout gives this for any host RAM (see there)
 
 
 @dataclass
@@ -220,6 +221,7 @@ class NoFit:
     constraint: RejectReason
     reason: str
     overshoot: float | None = None  # GPU memory needed / available, for the closest miss
+    host_ram_matters: bool = True  # as Fit's
 
 
 def usable_gb(gpu: GpuSpec, offer_memory_gb: float | None = None) -> float:
@@ -401,12 +403,27 @@ def find_layout(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, *, pin
     replaces what was asked unless the precision is pinned, and the memory is computed for what
     runs. `activation_scale` rescales activations and loss transients only (from a measured
     validation peak: the seeds' step 2, memory.activation_scale_for_peak).
+
+    The result's `host_ram_matters` is False when no rung the ladder tried offloads: host RAM
+    is read only for an offloaded state, so the same result holds for any host RAM (the planner
+    shares it between offers that differ only there).
     """
     runtime = runtime_for(setup, shape.gpu, capabilities or pins.capabilities)
     if isinstance(runtime, NoFit):
-        return runtime
+        return replace(runtime, host_ram_matters=False)
     if problem := _fabric_problem(shape):
-        return NoFit("fabric", problem)
+        return NoFit("fabric", problem, host_ram_matters=False)
+    offloaded: list[bool] = []  # one entry per rung tried that offloads
+    result = _climb(model, setup, runtime, shape, pins, activation_scale, offloaded)
+    result.host_ram_matters = bool(offloaded)
+    return result
+
+
+def _climb(model: ModelSpec, setup: TrainingSetup, runtime: Runtime, shape: NodeShape, pins: Pins,
+           activation_scale: float, offloaded: list[bool]) -> Fit | NoFit:
+    """find_layout's walk up the ladder for what runs (`runtime`; `setup` is what was asked);
+    appends to `offloaded` for each rung tried that offloads (the only ones whose fit depends
+    on host RAM)."""
     runs = runtime.setup
     capacity = usable_gb(shape.gpu, shape.memory_gb)
     n = shape.total_gpus
@@ -426,6 +443,8 @@ def find_layout(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, *, pin
             needs_nvlink = needs_nvlink or rung
             continue
         host_needed = mem.cpu_offload_gb * shape.gpus_per_node
+        if host_needed:
+            offloaded.append(True)
         if host_needed and host_needed > _host_ram(shape) * HOST_RAM_USABLE:
             host_short = host_short or (host_needed, rung)
             continue

@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -445,6 +445,22 @@ def _tokens_text(tokens: float) -> str:
 # The plan instance
 
 
+class ShapeKey(NamedTuple):
+    """A node shape as the first pass groups offers by it (`_Planner._shapes`)."""
+
+    gpu: str
+    gpus: int
+    interconnect: str
+    fabric: str | None
+    fabric_gbps: float | None
+    memory_gb: float | None  # a memory above the catalog's (a modded card), else None
+    ram_step: float | None  # host RAM rounded down to a step (`_ram_keys`), None: unstated
+
+    @property
+    def without_ram(self) -> tuple:
+        return tuple(self)[:-1]
+
+
 @dataclass(frozen=True)
 class Signature:
     """What a run executes: the thing a validation must match to validate the training job."""
@@ -566,24 +582,38 @@ class _Planner:
         self.prep = _prepare(req)
         self.work = work_plan(req, self.prep)
         self._fits: dict[tuple, Fit | NoFit] = {}
-        self._speeds: dict[tuple, Speed] = {}
+        self._fits_any_ram: dict[tuple, Fit | NoFit] = {}
+        self._speeds: dict[int, Speed] = {}
         self.rejected = Rejections()
         self.closest: tuple[float, str] | None = None
 
     # -- memoised layouts and speeds -----------------------------------------------------------
 
     def layout(self, setup: TrainingSetup, shape: NodeShape, pins: Pins, key: tuple) -> Fit | NoFit:
-        found = self._fits.get(key)
+        """find_layout, memoised. `key` names all the fit depends on but the shape's host RAM
+        (the stage, the shape's ShapeKey.without_ram, its node count or validation signature).
+        A fit no host RAM changes (`host_ram_matters` False: no rung tried offloads) is shared
+        by every RAM step of that key: offers that differ only in host RAM were 506 layouts of
+        the bundled snapshot's 13B LoRA quote for 186 distinct ones."""
+        found = self._fits_any_ram.get(key)
+        if found is not None:
+            return found
+        full = (key, shape.host_ram_gb)
+        found = self._fits.get(full)
         if found is None:
             found = find_layout(self.req.model, setup, shape, pins=pins, activation_scale=self.prep.activation_scale)
-            self._fits[key] = found
+            self._fits[full] = found
+            if not found.host_ram_matters:
+                self._fits_any_ram[key] = found
         return found
 
-    def speed(self, fit: Fit, gpu: GpuSpec, key: tuple) -> Speed:
-        found = self._speeds.get(key)
+    def speed(self, fit: Fit, gpu: GpuSpec) -> Speed:
+        """The speed model of a training fit, memoised per fit (a fit shared by several shapes
+        is one layout; every fit is held in `_fits`, so its id stays its own)."""
+        found = self._speeds.get(id(fit))
         if found is None:
             found = speed_of(self.req.model, self.req.setup, fit.layout, gpu).scaled(self.work.calibration)
-            self._speeds[key] = found
+            self._speeds[id(fit)] = found
         return found
 
     # -- the first pass --------------------------------------------------------------------------
@@ -767,7 +797,7 @@ class _Planner:
         self.rejected.add(np.flatnonzero(unpriced & ~t.spot), "price", "no price option of the requested kind")
         return ok & has
 
-    def _shapes(self, usable: np.ndarray) -> dict[tuple, tuple[GpuSpec, NodeShape, np.ndarray]]:
+    def _shapes(self, usable: np.ndarray) -> dict[ShapeKey, tuple[GpuSpec, NodeShape, np.ndarray]]:
         """Distinct node shapes among the usable rows: shape key -> (GPU, shape of one node, rows).
 
         A shape is what feasibility and the speed model depend on: the GPU, GPUs per node, how
@@ -801,8 +831,8 @@ class _Planner:
             spec = get_gpu(t.gpu[r])  # type: ignore[arg-type]
             # the key's values are the coded columns' own (rounded memory as coded), so distinct
             # codes are distinct keys
-            shape_key = (spec.id, int(t.gpus[r]), t.interconnect[r], t.fabric[r], _nan_none(t.fabric_gbps[r]),
-                         None if modded[r] < 0 else float(modded[r]), _nan_none(ram_step[r]))
+            shape_key = ShapeKey(spec.id, int(t.gpus[r]), t.interconnect[r], t.fabric[r], _nan_none(t.fabric_gbps[r]),
+                                 None if modded[r] < 0 else float(modded[r]), _nan_none(ram_step[r]))
             shape = NodeShape(gpu=spec, gpus_per_node=shape_key[1], nodes=1, interconnect=shape_key[2],  # type: ignore[arg-type]
                               fabric=shape_key[3], fabric_gbps=shape_key[4], memory_gb=shape_key[5] or spec.memory_gb,
                               host_ram_gb=shape_key[6])
@@ -841,12 +871,12 @@ class _Planner:
             first_miss: NoFit | None = None
             any_fit = False
             for nodes in range(1, min(int(t.nodes_available[rows].max()), max_nodes) + 1):
-                fit = self.layout(req.setup, replace(shape, nodes=nodes), req.pins, ("t", *key, nodes))
+                fit = self.layout(req.setup, replace(shape, nodes=nodes), req.pins, ("t", key.without_ram, nodes))
                 if isinstance(fit, NoFit):
                     first_miss = first_miss or fit
                     continue
                 any_fit = True
-                speed = self.speed(fit, gpu, (*key, nodes))
+                speed = self.speed(fit, gpu)
                 fit_id = len(self.fit_list)
                 self.fit_list.append((fit, gpu, speed, key))
                 at = rows[t.nodes_available[rows] >= nodes]
@@ -915,7 +945,7 @@ class _Planner:
                 continue
             for sig in sigs:
                 setup, pins = setups[sig]
-                fit = self.layout(setup, shape, pins, ("v", *key, sig))
+                fit = self.layout(setup, shape, pins, ("v", key.without_ram, sig))
                 if isinstance(fit, NoFit) or Signature.of(fit.layout) != sig:
                     continue
                 fit_id = len(self.v_fits)

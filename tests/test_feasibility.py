@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rentopt.optimizer.feasibility import (
     Fit,
@@ -185,3 +187,27 @@ def test_the_qlora_paper_65b_job_fits_one_48gb_card(gpu):
     fit = find_layout(resolve_model("65b"), setup, shape(gpu, 1))
     assert isinstance(fit, Fit) and fit.layout.strategy == "single"
     assert fit.memory.states_gb_per_gpu > 30  # the 4-bit base: known, so not margined
+
+
+_RAM = (None, 16.0, 64.0, 192.0, 512.0, 2048.0)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(model=st.sampled_from(["llama-2-7b", "llama-2-13b", "llama-2-70b", "mixtral-8x7b"]),
+       mode=st.sampled_from(["full", "lora", "qlora"]),
+       gpu=st.sampled_from(["A10G-24GB", "RTX-4090-24GB", "L40S-48GB", "A100-SXM4-80GB", "H100-SXM-80GB", "V100-SXM2-16GB"]),
+       gpus=st.sampled_from([1, 2, 4, 8]), nodes=st.sampled_from([1, 2]),
+       offload=st.sampled_from([None, "optimizer", "all"]), rams=st.permutations(_RAM))
+def test_a_fit_that_says_host_ram_does_not_matter_is_the_same_for_any_host_ram(model, mode, gpu, gpus, nodes, offload, rams):
+    """The planner shares such a fit between offers that differ only in host RAM, so it must
+    be exactly what find_layout gives each of them; and one that does depend on host RAM says so."""
+    spec, setup = resolve_model(model), TrainingSetup(mode=mode)
+    link = "nvlink" if "SXM" in gpu else "pcie"
+    extra = {"fabric": "infiniband", "fabric_gbps": 400.0} if nodes > 1 else {}
+    results = [find_layout(spec, setup, shape(gpu, gpus, link, nodes=nodes, host_ram_gb=ram, **extra),
+                           pins=Pins(offload=offload)) for ram in rams]
+    flags = {r.host_ram_matters for r in results}
+    assert len(flags) == 1  # the walk up to the first offloading rung never depends on host RAM
+    if flags == {False}:
+        assert all(r == results[0] for r in results)
+        assert all(not (isinstance(r, Fit) and r.memory.cpu_offload_gb) for r in results)

@@ -616,3 +616,19 @@ def test_a_card_sold_with_more_memory_than_the_catalog_is_its_own_node_shape(tmp
                                          "alpha,modded,RTX 4090,1,0.50,USD,48\n", "--rent-days", "1", "--offload", "none")
     assert {s["offer_id"] for s in quote["plans"][0]["stages"] if s["kind"] == "train"} == {"modded"}
     assert [(r["offer_id"], r["constraint"]) for r in quote["rejected"]] == [("stock", "memory")]
+
+
+def test_offers_that_differ_only_in_host_ram_get_each_their_own_offload_verdict(tmp_path):
+    """The planner shares a layout between host RAM steps only where no rung offloads: a 7B full
+    fine-tune on one 24 GB card offloads, so the 32 GB host cannot hold the offloaded state and
+    the 1 TB host can, whichever of them the planner meets first."""
+    small = offer("small-host", gpu="A10G-24GB", memory=24, hourly="0.50", gpus=1).model_copy(update={"host_ram_gb": 32.0})
+    large = offer("large-host", gpu="A10G-24GB", memory=24, hourly="0.90", gpus=1).model_copy(update={"host_ram_gb": 1024.0})
+    for offers in ([small, large], [large, small]):
+        path = write_offers(tmp_path, offers)
+        got = quote_json("--model", "7b", "--mode", "full", "--tokens", "2e7", "--offers-file", str(path))
+        used = {s["offer_id"] for p in got["plans"] for s in p["stages"]}
+        assert used == {"large-host"}
+        assert all(s["layout"] and "offload" in s["layout"] for p in got["plans"] for s in p["stages"] if s["kind"] == "train")
+        [rejected] = [r for r in got["rejected"] if r["offer_id"] == "small-host"]
+        assert "host RAM" in rejected["reason"]

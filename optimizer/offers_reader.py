@@ -362,7 +362,8 @@ class _Reader:
         notes_of = [m.note if m is not None and m.status == "default" else None for m in matches]
         noted = np.array([x is not None for x in notes_of], dtype=bool)[inverse][keep]
         note_rows = np.flatnonzero(noted)  # positions among the kept lines
-        k = lambda a: a[keep]  # noqa: E731
+        every = len(keep) == n  # the common case: no copy of each column to drop nothing
+        k = (lambda a: a) if every else (lambda a: a[keep])  # noqa: E731
         columns = {
             "provider": Codes(k(p_codes), providers), "offer_id": ids if len(keep) == n else [ids[i] for i in keep],
             "gpu": Codes(k(inverse).astype(np.int32), [m.gpu if m else None for m in matches]),
@@ -380,8 +381,9 @@ class _Reader:
             "stopped_max_hours": k(np.array([_NAN if d is _BAD or d is None else d * 24 for d in smax])[smax_c]),
             "free_disk_gb": k(np.array([0.0 if d is _BAD or d is None else d for d in disks])[disk_c]),
         }
-        part = Part(len(keep), columns, {name: pair[:, keep] for name, pair in table_prices.items()},
-                    extra_notes={int(j): notes_of[inverse[keep[j]]] for j in note_rows})
+        noted_as = inverse[keep[note_rows]].tolist()  # each noted line's GPU match (one gather, not one per line)
+        part = Part(len(keep), columns, {name: k(pair.T).T for name, pair in table_prices.items()},
+                    extra_notes=dict(zip(note_rows.tolist(), [notes_of[m] for m in noted_as])))
         spans = np.stack([numbers if firsts is None else firsts, numbers])[:, keep]
         self.parts.append((part, spans))
 

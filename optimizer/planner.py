@@ -731,12 +731,24 @@ class _Planner:
         among them, and so is every top-K plan (tests/test_solver_property.py).
         """
         def floor_cost(arrays, running, nodes):  # type: ignore[no-untyped-def]
-            cost = np.zeros(len(arrays["row"]))
-            for k, p in prices.items():
-                sel = arrays["kind"] == k
-                cost[sel] = p.floor_per_hour[arrays["row"][sel]] * running[sel] * nodes[sel]
-            pad = next(iter(prices.values())).slack + 1e-9 * np.maximum(1.0, cost)
-            return np.nan_to_num(cost, nan=np.inf) - pad  # an offer without a price of a kind is not one
+            """(rate x hours x nodes) - pad, built in place: at a million offers each of these
+            arrays is 6-12 MB of fresh pages. `nodes` None: one node."""
+            if len(prices) == 1:  # one price kind (no --spot): every candidate is of it
+                [p] = prices.values()
+                cost = p.floor_per_hour[arrays["row"]] * running
+                if nodes is not None:
+                    cost *= nodes
+            else:
+                cost = np.zeros(len(arrays["row"]))
+                for k, p in prices.items():
+                    sel = arrays["kind"] == k
+                    cost[sel] = p.floor_per_hour[arrays["row"][sel]] * running[sel] * (1 if nodes is None else nodes[sel])
+            pad = np.maximum(1.0, cost)
+            pad *= 1e-9
+            pad += next(iter(prices.values())).slack
+            np.nan_to_num(cost, copy=False, nan=np.inf)  # an offer without a price of a kind is not one
+            cost -= pad
+            return cost
 
         lb_t = floor_cost(tr, tr["hours"], tr["nodes"])
         if self.work.tokens is None:  # ranked by cost per token (prune_arrays divides likewise)
@@ -744,7 +756,7 @@ class _Planner:
         head_t = _heads(tr["group"], lb_t)
         t_inst = _instances(tr)
         if va is not None:
-            lb_v = floor_cost(va, va["destroy_wall"], np.ones(len(va["row"])))
+            lb_v = floor_cost(va, va["destroy_wall"], None)
             head_v = np.zeros(len(va["row"]), dtype=bool)
             for column in va["keys"].T:
                 head_v |= _heads(column, lb_v)
@@ -896,25 +908,30 @@ class _Planner:
         table = np.array(pieces, dtype=np.float64).reshape(-1, 7)
         row = np.concatenate(rows_of).astype(np.int64) if rows_of else np.zeros(0, dtype=np.int64)
         piece = np.repeat(np.arange(len(pieces)), [len(r) for r in rows_of])
-        nodes, kind, fit = (table[piece, c].astype(np.int64) for c in (0, 1, 2))
-        factor = np.ones(len(row)) if spot_factor is None else np.where(kind == 1, spot_factor[row], 1.0)
+        # per candidate from per piece: a gather each, of the dtype it keeps (at a million offers
+        # every full-size temporary is 6 MB of fresh pages)
+        nodes, kind, fit = (table[:, c].astype(np.int64)[piece] for c in (0, 1, 2))
+        factor = None if spot_factor is None else np.where(kind == 1, spot_factor[row], 1.0)
         imports, exports = import_h[row], export_h[row]
         if work.tokens is not None:
-            run, low, high = (table[piece, c] * factor for c in (3, 4, 5))
+            run, low, high = (table[:, c][piece] if factor is None else table[:, c][piece] * factor for c in (3, 4, 5))
             tokens = np.full(len(row), work.tokens)
         else:
-            run = low = high = table[piece, 3]
-            tokens = table[piece, 6] * run * 3600 / factor
+            run = low = high = table[:, 3][piece]
+            tokens = table[:, 6][piece] * run * 3600 if factor is None else table[:, 6][piece] * run * 3600 / factor
         hours = imports + run + exports
         too_long = hours > t.max_hours[row]  # NaN (no maximum) compares False
+        wall, low = imports + high + exports, imports + low + exports
+        out = {"row": row, "nodes": nodes, "kind": kind, "hours": hours, "wall": wall, "low": low, "tokens": tokens,
+               "fit": fit}
+        if not too_long.any():
+            return out
         long_rows, long_hours, long_nodes = row[too_long], hours[too_long], nodes[too_long]
         self.rejected.add(long_rows, "max_duration", lambda i: (
             f"needs {long_hours[i]:.1f} h of rental on {long_nodes[i]} node(s); the host allows at most "
             f"{t.max_hours[long_rows[i]]:.1f} h"))
         keep = ~too_long
-        return {"row": row[keep], "nodes": nodes[keep], "kind": kind[keep], "hours": hours[keep],
-                "wall": (imports + high + exports)[keep], "low": (imports + low + exports)[keep],
-                "tokens": tokens[keep], "fit": fit[keep]}
+        return {name: values[keep] for name, values in out.items()}
 
     def _validate_arrays(self, shapes, kinds, usable, tr, import_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
         """Per offer, the same job at micro-batch 1 on one node, for each signature that training

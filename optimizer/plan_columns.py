@@ -164,10 +164,13 @@ def merge_encoded(read: Reader, sources: list[str], sizes: list[int], names: Seq
     prices = {}
     for name in PRICE_COLUMNS:
         pairs = read(f"{name}.0", f"{name}.1")
-        per_source = []
+        per_source: list = []
         for first, second, n in zip(pairs[f"{name}.0"], pairs[f"{name}.1"], sizes):
             if first is None or second is None:
                 raise KeyError(f"{name}.0")
+            for one in (first, second):
+                if not isinstance(one, Const) and len(one) != n:
+                    raise ValueError(f"{len(one)} {name} prices for {n} rows")
             if isinstance(first, Const) and isinstance(second, Const) and repr(first.value) == repr(second.value):
                 per_source.append(first)
             else:

@@ -9,6 +9,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from click.testing import CliRunner
 
 from rentopt.optimizer import store
@@ -219,6 +221,20 @@ def test_texts_read_like_the_list_they_hold() -> None:
     joined = merge_column("offer_id", [column, ["c"], Texts.of([]), Texts.of([""])], [4, 1, 0, 1])
     assert isinstance(joined, Texts) and joined == [*ids, "c", ""]
     assert merge_column("offer_id", [column, ["bad\x00id"]], [4, 1]) == [*ids, "bad\x00id"]  # no Texts can hold it
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.booleans(), st.lists(st.text(alphabet="ab,é\n ", max_size=4), max_size=5)), max_size=5))
+def test_joined_texts_find_each_text_where_a_fresh_scan_does(parts) -> None:
+    """Joining keeps each part's offsets, shifted; every row must read what a scan of the
+    joined buffer finds (a part may be a Texts or, from a small source, a list)."""
+    from rentopt.optimizer.offer_table import Texts, merge_column
+
+    values = [Texts.of(texts) if as_texts else texts for as_texts, texts in parts]
+    want = [x for _, texts in parts for x in texts]
+    joined = merge_column("offer_id", [*values, Texts.of(["z"])], [len(v) for v in values] + [1])
+    assert [joined[i] for i in range(len(joined))] == [*want, "z"]
+    assert joined.starts.tolist() == Texts(joined.data, len(want) + 1).starts.tolist()
 
 
 @pytest.mark.parametrize("damage, match", [

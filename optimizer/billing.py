@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from functools import cached_property, lru_cache
@@ -1150,8 +1150,9 @@ class PriceColumns:
                       for (k, row), blocks in table.terms.items() if k == kind}
         self.slack = float(_slack(currency))
         codes, rules = table.category("stopped_bills")
-        bills = np.array(rules, dtype=object)[codes]
-        self.everything, self.nothing = bills == "everything", bills == "nothing"
+        # compared once per distinct rule, then spread by code (not a string compare per row)
+        self.everything = np.array([r == "everything" for r in rules], dtype=bool)[codes]
+        self.nothing = np.array([r == "nothing" for r in rules], dtype=bool)[codes]
         self.metered_only = np.isnan(self.day) & np.isnan(self.week) & np.isnan(self.month)
         for row in self.terms:
             self.metered_only[row] = False

@@ -35,11 +35,10 @@ import numpy as np
 
 from rentopt.optimizer.errors import OffersFileError
 from rentopt.optimizer.models import Offer
-from rentopt.optimizer.offer_table import Codes, Const, OfferTable, Part, merge_parts
+from rentopt.optimizer.offer_table import Codes, OfferTable, Part, merge_parts
 from rentopt.optimizer import offers_io as io_
 from rentopt.optimizer.offers_io import (
-    FALSE_WORDS, HOURS_PER_DAY, MAX_OFFERS_FILE_BYTES, OFFER_LIMITS, OPTIONAL_COLUMNS, PRICE_COLUMNS,
-    REQUIRED_COLUMNS, STOPPED_BILLS, TRUE_WORDS,
+    FALSE_WORDS, HOURS_PER_DAY, OFFER_LIMITS, PRICE_COLUMNS, STOPPED_BILLS, TRUE_WORDS,
 )
 
 _NAN = float("nan")

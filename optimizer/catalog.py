@@ -229,11 +229,19 @@ def _keys(part: Any, n: int) -> list[tuple[str, str]]:
 
 
 def _oldest_column(part: Any) -> datetime | None:
+    """The oldest fetched_at among the part's rows. A coded column's values may include some no
+    row holds any more (a filtered table keeps its parent's values), so only those in use count."""
+    import numpy as np
+
     from rentopt.optimizer.offer_table import Const
 
     when = part.columns.get("fetched_at")
-    values = [when.value] if isinstance(when, Const) else list(getattr(when, "values", when) or [])
-    return min(values, default=None)
+    if isinstance(when, Const):
+        return when.value if part.n else None
+    if hasattr(when, "codes"):
+        used = np.bincount(when.codes, minlength=len(when.values)) > 0
+        return min((v for v, u in zip(when.values, used.tolist()) if u), default=None)
+    return min(list(when or []), default=None)
 
 
 @dataclass

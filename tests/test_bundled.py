@@ -122,3 +122,12 @@ def test_an_offer_the_columns_hold_damaged_is_a_store_error_naming_the_way_out(m
     part, resolve = read.part([read.sections[0].provider])
     with pytest.raises(StoreError, match="bundled price snapshot's columns are damaged.*reinstall rentopt"):
         resolve([0])
+
+
+def test_a_filtered_lazy_set_is_as_old_as_the_offers_it_kept(rentopt_home):
+    """"Prices as of" counts only the offers a query keeps, not the dates of those it filtered out."""
+    snapshot = bundled_snapshot()
+    query = OfferQuery(providers=("autodl",), gpus=("RTX-4090-24GB", "L20-48GB"))  # AutoDL dates its prices per card
+    want = min(o.fetched_at for o in snapshot.offers if query.matches(o))
+    assert want > min(o.fetched_at for o in snapshot.offers if o.provider == "autodl")  # an older one is filtered out
+    assert load_offers(query=query, lazy=True).prices_as_of == want == load_offers(query=query).prices_as_of

@@ -364,7 +364,7 @@ class _Reader:
         every = len(keep) == n  # the common case: no copy of each column to drop nothing
         k = (lambda a: a) if every else (lambda a: a[keep])  # noqa: E731
         columns = {
-            "provider": Codes(k(p_codes), providers), "offer_id": ids if len(keep) == n else [ids[i] for i in keep],
+            "provider": Codes(k(p_codes), providers), "offer_id": ids if every else [ids[i] for i in keep],
             "gpu": Codes(k(inverse).astype(np.int32), [m.gpu if m else None for m in matches]),
             "gpu_raw": Codes(k(gpu_c), [None if g is _BAD else g for g in gpu_raws]),
             "gpu_status": Codes(k(inverse).astype(np.int32), status),
@@ -381,7 +381,7 @@ class _Reader:
             "free_disk_gb": k(np.array([0.0 if d is _BAD or d is None else d for d in disks])[disk_c]),
         }
         noted_as = inverse[keep[note_rows]].tolist()  # each noted line's GPU match (one gather, not one per line)
-        part = Part(len(keep), columns, {name: k(pair.T).T for name, pair in table_prices.items()},
+        part = Part(len(keep), columns, {name: pair if every else pair[:, keep] for name, pair in table_prices.items()},
                     extra_notes=dict(zip(note_rows.tolist(), [notes_of[m] for m in noted_as])))
         spans = np.stack([numbers if firsts is None else firsts, numbers])[:, keep]
         self.parts.append((part, spans))

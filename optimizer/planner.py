@@ -1134,12 +1134,14 @@ _DEADLINE_EPS = 1e-6
 _BUDGET_EPS = 1e-6
 
 
-# The pruning above narrows a large instance first (`_Planner._narrowed`) from this many
+# The first pass narrows (`_Planner._narrowed`) from this many training plus validation
 # candidates on, starting from the HEADS cheapest of each group and key: below it, pruning all
-# at once is faster (measured on benchmarks/marketplace.py: 10k offers, 22k candidates, 0.064 s
-# at once, 0.088 s narrowed; 100k, 220k candidates, 0.239 s and 0.225 s; 1M, 2.3M candidates,
-# about 1.5 s saved). Both are tuning only; tests/test_solver_property.py narrows every example.
-HEADS_FROM = 250_000
+# at once is faster. Measured 2026-12-02 on benchmarks/marketplace.py offers (13B LoRA/full/QLoRA,
+# plan time best of 3, all at once vs narrowed): 25-48k candidates 0.055-0.068 s vs 0.060-0.075 s;
+# 68k 0.091 vs 0.088; 81-96k 0.101-0.108 vs 0.082-0.085; 137k 0.144 vs 0.108; 227k (a 100k-line
+# file) 0.173 vs 0.121; the 100k-offer store's 232k 0.270 vs 0.163. Both are tuning only:
+# tests/test_solver_property.py narrows every example.
+HEADS_FROM = 75_000
 HEADS = 8
 
 

@@ -1264,9 +1264,14 @@ def _float_codes(values: np.ndarray) -> np.ndarray:
     >>> _float_codes(np.array([2.0, -1.0, 2.0, 8.0])).tolist()
     [0, 1, 0, 2]
     """
-    codes = np.full(len(values), -1, dtype=np.int64)
-    left = np.arange(len(values))
-    for code in range(32):
+    if not len(values):
+        return np.zeros(0, dtype=np.int64)
+    # the first value over the whole column, without an index of every row: it is usually
+    # nearly every row (an unstated host RAM or fabric), so the rest is a short list
+    same = values == values[0]
+    codes = np.where(same, 0, -1)
+    left = np.flatnonzero(~same)
+    for code in range(1, 32):
         if not len(left):
             return codes
         same = values[left] == values[left[0]]
@@ -1315,8 +1320,11 @@ def _ram_keys(gb: np.ndarray) -> np.ndarray:
     [192.0, 7.0]
     """
     steps = np.array(_RAM_STEPS, dtype=np.float64)
-    at = np.searchsorted(steps, gb, side="right") - 1
-    return np.where(np.isnan(gb), np.nan, np.where(at >= 0, steps[np.clip(at, 0, None)], gb))
+    out = gb.copy()  # NaN stays NaN
+    known = np.flatnonzero(~np.isnan(gb))  # most offers do not state it: only the others are looked up
+    at = np.searchsorted(steps, gb[known], side="right") - 1
+    out[known] = np.where(at >= 0, steps[np.clip(at, 0, None)], gb[known])
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,13 +29,13 @@ from fractions import Fraction
 from itertools import product
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.errors import NoFeasiblePlan
 from rentopt.optimizer.models import Offer, PriceOption, TrainingSetup
-from rentopt.optimizer.planner import QuoteRequest, plan_instance
+from rentopt.optimizer.planner import QuoteRequest, plan_instance, _RAM_STEPS
 from rentopt.optimizer.solver import solve
 from rentopt.optimizer.workload import resolve_model
 
@@ -484,3 +484,38 @@ def test_shapes_are_coded_alike_whatever_the_size_of_the_codes():
         codes = rng.choice(np.array([0, 3, high, 7, high + 2]), 500)
         want = {v: i for i, v in enumerate(sorted(set(codes.tolist())))}
         assert planner._renumbered(codes).tolist() == [want[v] for v in codes.tolist()]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.one_of(st.lists(st.sampled_from([-1.0, 0.5, 2.0, 8.0, 192.0, 1e9]), max_size=60),
+                 st.permutations([float(v) for v in range(45)]).map(lambda p: p + p[:10])))
+@example([float(v) for v in range(40, 0, -1)])  # 40 distinct, descending: the last 8 by rank, not by place
+def test_float_codes_number_values_by_first_appearance_then_by_rank(values):
+    """The first pass codes a shape's float parts (fabric speed, modded memory, host RAM step):
+    the first 32 distinct values by where they first appear, any others 32 + their rank."""
+    import numpy as np
+
+    import rentopt.optimizer.planner as planner
+
+    first = list(dict.fromkeys(values))[:32]
+    rest = sorted(set(values) - set(first))
+    want = [first.index(v) if v in first else 32 + rest.index(v) for v in values]
+    assert planner._float_codes(np.array(values, dtype=np.float64)).tolist() == want
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.one_of(st.just(float("nan")), st.floats(0, 5000, allow_nan=False),
+                          st.sampled_from(_RAM_STEPS).map(float)),
+                max_size=50))
+def test_host_ram_is_rounded_down_to_a_step(values):
+    """Offers share a layout per host RAM step: the largest step at or below what the offer
+    states, its own figure below the smallest step, unknown (NaN) where it states none."""
+    import numpy as np
+
+    import rentopt.optimizer.planner as planner
+
+    steps = sorted(planner._RAM_STEPS)
+    want = [v if v != v or v < steps[0] else max(s for s in steps if s <= v) for v in values]
+    got = planner._ram_keys(np.array(values, dtype=np.float64)).tolist()
+    assert [g != g for g in got] == [w != w for w in want]
+    assert [g for g in got if g == g] == [w for w in want if w == w]

@@ -171,7 +171,7 @@ class LazyRows:
         return self.part.table(self.resolve)
 
     def oldest(self) -> datetime | None:
-        return _oldest_column(self.part)
+        return _oldest_in(self.part.columns.get("fetched_at"), self.part.n)
 
 
 @dataclass
@@ -219,7 +219,7 @@ class StoreColumns:
         return table
 
     def oldest(self) -> datetime | None:
-        return _oldest_column(self.part)
+        return _oldest_in(self.part.columns.get("fetched_at"), self.part.n)
 
 
 def _keys(part: Any, n: int) -> list[tuple[str, str]]:
@@ -228,16 +228,15 @@ def _keys(part: Any, n: int) -> list[tuple[str, str]]:
     return list(zip(as_list(part.columns["provider"], part.n, "provider")[:n], part.columns["offer_id"][:n]))
 
 
-def _oldest_column(part: Any) -> datetime | None:
-    """The oldest fetched_at among the part's rows. A coded column's values may include some no
-    row holds any more (a filtered table keeps its parent's values), so only those in use count."""
+def _oldest_in(when: Any, n: int) -> datetime | None:
+    """The oldest fetched_at among a column's `n` rows. A coded column's values may include some
+    no row holds any more (a filtered table keeps its parent's values), so only those in use count."""
     import numpy as np
 
     from rentopt.optimizer.offer_table import Const
 
-    when = part.columns.get("fetched_at")
     if isinstance(when, Const):
-        return when.value if part.n else None
+        return when.value if n else None
     if hasattr(when, "codes"):
         used = np.bincount(when.codes, minlength=len(when.values)) > 0
         return min((v for v, u in zip(when.values, used.tolist()) if u), default=None)
@@ -267,7 +266,7 @@ class TableColumns:
         return self.whole
 
     def oldest(self) -> datetime | None:
-        return min(self.whole.category("fetched_at")[1], default=None)
+        return _oldest_in(self.whole.fetched_at, self.whole.n)
 
 
 @dataclass
@@ -461,7 +460,7 @@ class _Bundled:
             part, resolve = self.columns.part(names)
         except (ValueError, TypeError, KeyError):
             return LazyRows.of_offers(self.offers(names, query))
-        if all(v is None for v in (query.gpus, query.min_gpus, query.min_gpu_memory_gb, query.spot, query.currency)):
+        if not _narrows_rows(query):
             return LazyRows(part, resolve)
         kept = _matching(part.table(resolve), replace(query, providers=None))
         return LazyRows(kept.part(), kept.offers)
@@ -498,12 +497,17 @@ def _store_columns(store: Any, query: OfferQuery, others: LazyRows) -> StoreColu
     from rentopt.optimizer.offer_table import merge_parts
 
     extra = others.part
-    if any(v is not None for v in (query.gpus, query.min_gpus, query.min_gpu_memory_gb, query.spot, query.currency)):
+    if _narrows_rows(query):
         snapshots, stored = store.load_plan_part(query.providers or ())
         stored = _filtered(stored, query)
         return StoreColumns(store.path, snapshots, merge_parts([stored, extra]), stored.n, others)
     snapshots, part = store.load_plan_part(query.providers or (), extra=extra)
     return StoreColumns(store.path, snapshots, part, part.n - extra.n, others)
+
+
+def _narrows_rows(query: OfferQuery) -> bool:
+    """Whether `query` drops rows within a provider (what `_matching` checks besides the provider)."""
+    return any(v is not None for v in (query.gpus, query.min_gpus, query.min_gpu_memory_gb, query.spot, query.currency))
 
 
 def _filtered(part: Any, query: OfferQuery) -> Any:

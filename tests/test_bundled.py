@@ -131,3 +131,17 @@ def test_a_filtered_lazy_set_is_as_old_as_the_offers_it_kept(rentopt_home):
     want = min(o.fetched_at for o in snapshot.offers if query.matches(o))
     assert want > min(o.fetched_at for o in snapshot.offers if o.provider == "autodl")  # an older one is filtered out
     assert load_offers(query=query, lazy=True).prices_as_of == want == load_offers(query=query).prices_as_of
+
+
+def test_an_offers_file_read_for_some_providers_is_as_old_as_their_offers(tmp_path):
+    """The same rule for an --offers-file read lazily for some of its providers."""
+    from datetime import timedelta
+
+    old, new = [o.model_copy(update={"provider": p, "offer_id": f"{p}-1"}) for p in ("old", "new")
+                for o in bundled_snapshot().offers[:1]]
+    new = new.model_copy(update={"fetched_at": old.fetched_at + timedelta(days=30)})
+    path = tmp_path / "offers.json"
+    path.write_text(json.dumps([o.model_dump(mode="json") for o in (old, new)]), encoding="utf-8")
+    lazy = load_offers(["new"], offers_file=path, lazy=True)
+    assert lazy.columns is not None and lazy.table().n == 1
+    assert lazy.prices_as_of == new.fetched_at == load_offers(["new"], offers_file=path).prices_as_of

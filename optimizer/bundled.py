@@ -86,12 +86,7 @@ class BundledColumns:
         if column is None:
             return None
         encoding, data, meta = column
-        rows = self._sizes[provider]
-        value = decode_column(name, encoding, rows, data, meta)
-        length = len(value.codes) if hasattr(value, "codes") else None if encoding in ("const", "json") else len(value)
-        if length not in (None, rows):
-            raise ValueError(f"{provider}: {length} values of {name} for {rows} offers")
-        return value
+        return decode_column(name, encoding, self._sizes[provider], data, meta)
 
     @property
     def _sizes(self) -> dict[str, int]:

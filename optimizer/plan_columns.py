@@ -101,8 +101,9 @@ def encode_array(values) -> tuple[str, bytes | None, str | None]:  # noqa: ANN00
 
 
 def decode_column(name: str, encoding: str, rows: int, data: bytes | None, meta: str | None):  # noqa: ANN201
-    """One encoded column as offer_table holds it (an array, `Const`, `Codes`, `Texts` or, for
-    `json`, the decoded value). ValueError, TypeError or KeyError when it is damaged."""
+    """One encoded column of `rows` rows as offer_table holds it (an array, `Const`, `Codes`,
+    `Texts` or, for `json`, the decoded value). ValueError, TypeError or KeyError when it is
+    damaged, a per-row column of another length included."""
     import numpy as np
 
     from rentopt.optimizer.offer_table import Codes, Const, Texts
@@ -113,17 +114,25 @@ def decode_column(name: str, encoding: str, rows: int, data: bytes | None, meta:
     if encoding in ("f8", "i8", "b1"):
         dtype = {"f8": "<f8", "i8": "<i8", "b1": "u1"}[encoding]
         values = np.frombuffer(data or b"", dtype=dtype)
+        _check_rows(name, len(values), rows)
         return values.astype(bool) if encoding == "b1" else values
     if encoding == "codes":
         values = json.loads(meta or "[]")
         if name == "fetched_at":
             values = [parse_timestamp(v) for v in values]
-        return Codes(np.frombuffer(data or b"", dtype="<i4"), values)
+        codes = np.frombuffer(data or b"", dtype="<i4")
+        _check_rows(name, len(codes), rows)
+        return Codes(codes, values)
     if encoding == "text":
         return Texts(data or b"", rows)
     if encoding == "json":
         return json.loads(meta or "[]")
     raise ValueError(f"unknown column encoding {encoding!r}")
+
+
+def _check_rows(name: str, found: int, rows: int) -> None:
+    if found != rows:
+        raise ValueError(f"{found} values of {name} for {rows} rows")
 
 
 # read(*names) -> {name: [the decoded column of each source, None where a source has none]}
@@ -168,9 +177,6 @@ def merge_encoded(read: Reader, sources: list[str], sizes: list[int], names: Seq
         for first, second, n in zip(pairs[f"{name}.0"], pairs[f"{name}.1"], sizes):
             if first is None or second is None:
                 raise KeyError(f"{name}.0")
-            for one in (first, second):
-                if not isinstance(one, Const) and len(one) != n:
-                    raise ValueError(f"{len(one)} {name} prices for {n} rows")
             if isinstance(first, Const) and isinstance(second, Const) and repr(first.value) == repr(second.value):
                 per_source.append(first)
             else:

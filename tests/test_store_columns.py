@@ -241,6 +241,7 @@ def test_joined_texts_find_each_text_where_a_fresh_scan_does(parts) -> None:
     ("UPDATE plan_columns SET rows = rows + 1 WHERE name = 'gpus'", "differ in length"),
     ("UPDATE plan_columns SET data = CAST('a1' AS BLOB) WHERE name = 'offer_id'", "1 texts for 2 rows"),
     ("DELETE FROM plan_columns WHERE name = 'hourly.1'", "hourly"),
+    ("UPDATE plan_columns SET data = substr(data, 1, 4) WHERE name = 'currency'", "1 values of currency for 2 rows"),
 ])
 def test_damaged_planning_columns_are_refused_with_the_way_out(tmp_path, damage, match):
     """A store whose planning columns do not fit together is one clear StoreError naming what is

@@ -583,8 +583,8 @@ def test_two_spellings_of_one_gpu_are_one_node_shape(tmp_path, monkeypatch, rent
     vanished from the quote, neither planned nor rejected, and the plan was the 30.00/h one."""
     from rentopt.optimizer import offers_reader
 
-    if large_file_path:  # pandas' tokenizer, as for a file of 4 MiB and more
-        monkeypatch.setattr(offers_reader, "_FRAME_BYTES", 0)
+    if large_file_path:  # the byte-span tokenizer, as for a file of 64 KiB and more
+        monkeypatch.setattr(offers_reader, "_SPANS_BYTES", 0)
     quote = _quote_offers_file(tmp_path, "provider,offer_id,gpu,gpus,price_hour,currency,interconnect\n"
                                          "alpha,cheap,H100 SXM,8,20.00,USD,nvlink\n"
                                          "alpha,dear,H100-SXM-80GB,8,30.00,USD,NVLink\n", "--days", "1")

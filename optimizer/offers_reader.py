@@ -73,7 +73,7 @@ def read_offers_table(path: Path) -> OfferTable:
         return OfferTable.from_offers(offers)
     skipped = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # a spreadsheet's byte-order mark is not part of the header
     return parse_csv_table(data[skipped:], name=path.name, fetched_at=io_.file_time(path), source=str(path.resolve()),
-                           file=(path, skipped, signature))
+                           file=(path.resolve(), skipped, signature))
 
 
 class _Lines:
@@ -93,26 +93,28 @@ class _Lines:
             self.ends = np.flatnonzero(np.frombuffer(self.data, dtype=np.uint8) == 10)  # type: ignore[arg-type]
         self._file, self.data = (path, skipped, signature), None
 
-    def text(self, first: int, last: int) -> str:
-        """Lines `first` to `last` (1-based, inclusive) as text."""
+    def texts(self, ranges: Sequence[tuple[int, int]]) -> list[str]:
+        """Lines `first` to `last` (1-based, inclusive) of each range, as text."""
         if self.ends is None:
             self.ends = np.flatnonzero(np.frombuffer(self.data, dtype=np.uint8) == 10)  # type: ignore[arg-type]
         ends = self.ends
-        start = 0 if first == 1 else int(ends[first - 2]) + 1
-        stop = int(ends[last - 1]) + 1 if last - 1 < len(ends) else self.size
+        cuts = [(0 if first == 1 else int(ends[first - 2]) + 1, int(ends[last - 1]) + 1 if last - 1 < len(ends)
+                 else self.size) for first, last in ranges]
         if self.data is not None:
-            return self.data[start:stop].decode("utf-8")
+            return [self.data[start:stop].decode("utf-8") for start, stop in cuts]
         path, skipped, signature = self._file  # type: ignore[misc]
         try:
-            with path.open("rb") as fp:
+            with path.open("rb") as fp:  # once for all the rows asked for
                 changed = _signature(os.fstat(fp.fileno())) != signature
-                fp.seek(skipped + start)
-                line = fp.read(stop - start)
+                found = []
+                for start, stop in cuts:
+                    fp.seek(skipped + start)
+                    found.append(fp.read(stop - start))
         except OSError as exc:
             raise OffersFileError(f"cannot read offers file {path} again: {exc.strerror or exc}") from None
-        if changed or len(line) != stop - start:
+        if changed or any(len(line) != stop - start for line, (start, stop) in zip(found, cuts)):
             raise OffersFileError(f"{path.name} changed while it was read; run the quote again")
-        return line.decode("utf-8")
+        return [line.decode("utf-8") for line in found]
 
 
 def _signature(stat: os.stat_result) -> tuple:
@@ -357,7 +359,8 @@ class _Reader:
         every = len(keep) == n  # the common case: no copy of each column to drop nothing
         k = (lambda a: a) if every else (lambda a: a[keep])  # noqa: E731
         columns = {
-            "provider": Codes(k(p_codes), providers), "offer_id": ids if every else ids.take(keep) if isinstance(ids, (FixedTexts, Texts)) else [ids[i] for i in keep],
+            "provider": Codes(k(p_codes), providers),
+            "offer_id": ids if every else ids.take(keep) if isinstance(ids, (FixedTexts, Texts)) else [ids[i] for i in keep],
             "gpu": Codes(k(inverse).astype(np.int32), [m.gpu if m else None for m in matches]),
             "gpu_raw": Codes(k(gpu_c), [None if g is _BAD else g for g in gpu_raws]),
             "gpu_status": Codes(k(inverse).astype(np.int32), status),
@@ -426,9 +429,9 @@ class _Reader:
 
         def resolve(rows: Sequence[int]) -> list[Offer]:
             out = []
-            for r in rows:
-                first, last = int(span[0, r]), int(span[1, r])
-                record = next(cells for cells in csv.reader(io.StringIO(lines.text(first, last))) if cells)
+            ranges = [(int(span[0, r]), int(span[1, r])) for r in rows]
+            for (first, last), text in zip(ranges, lines.texts(ranges)):
+                record = next(cells for cells in csv.reader(io.StringIO(text)) if cells)
                 offer = io_.offer_from_cells(_dict_row(header, record), name, last, fetched_at, source, bands)
                 if offer is None:  # cannot happen: the line was read as an offer before
                     raise OffersFileError(f"{name} line {last} changed while it was read")

@@ -99,10 +99,7 @@ class OfferTable:
         """
         found = self._codes.get(name)
         if found is None:
-            values = getattr(self, name)
-            index = {v: i for i, v in enumerate(dict.fromkeys(values))}
-            codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=self.n)
-            found = self._codes[name] = (codes, list(index))
+            found = self._codes[name] = code_values(getattr(self, name))
         return found
 
     def take(self, rows: np.ndarray) -> OfferTable:
@@ -370,6 +367,12 @@ def as_array(value: Any, n: int, dtype: type, name: str = "column") -> np.ndarra
 
 def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return values[rows]
+
+
+def code_values(values: Sequence) -> tuple[np.ndarray, list]:
+    """`values` as (codes, distinct values in first-seen order): `distinct[codes[i]] == values[i]`."""
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values)), list(index)
 
 
 def _decode(codes: np.ndarray, values: list) -> list:

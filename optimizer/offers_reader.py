@@ -40,7 +40,9 @@ import numpy as np
 from rentopt.optimizer.cell_spans import CellSpans, factorize, mix
 from rentopt.optimizer.errors import OffersFileError
 from rentopt.optimizer.models import Offer
-from rentopt.optimizer.offer_table import Codes, FixedTexts, OfferTable, Part, Texts, constant, merge_parts
+from rentopt.optimizer.offer_table import (
+    Codes, FixedTexts, OfferTable, Part, Texts, code_values, constant, merge_parts,
+)
 from rentopt.optimizer import offers_io as io_
 from rentopt.optimizer.offers_io import (
     FALSE_WORDS, HOURS_PER_DAY, OFFER_LIMITS, PRICE_COLUMNS, STOPPED_BILLS, TRUE_WORDS,
@@ -89,15 +91,17 @@ class _Lines:
     def from_file(self, path: Path, skipped: int, signature: tuple) -> None:
         """Read lines again from `path` (whose first `skipped` bytes are not in the data; it
         had `signature` when read) instead of holding its bytes: 80 MB of a 1M-line file."""
+        self._line_ends()
+        self._file, self.data = (path, skipped, signature), None
+
+    def _line_ends(self) -> np.ndarray:
         if self.ends is None:
             self.ends = np.flatnonzero(np.frombuffer(self.data, dtype=np.uint8) == 10)  # type: ignore[arg-type]
-        self._file, self.data = (path, skipped, signature), None
+        return self.ends
 
     def texts(self, ranges: Sequence[tuple[int, int]]) -> list[str]:
         """Lines `first` to `last` (1-based, inclusive) of each range, as text."""
-        if self.ends is None:
-            self.ends = np.flatnonzero(np.frombuffer(self.data, dtype=np.uint8) == 10)  # type: ignore[arg-type]
-        ends = self.ends
+        ends = self._line_ends()
         cuts = [(0 if first == 1 else int(ends[first - 2]) + 1, int(ends[last - 1]) + 1 if last - 1 < len(ends)
                  else self.size) for first, last in ranges]
         if self.data is not None:
@@ -459,7 +463,7 @@ class _CellList:
         return self.cells[self.column[name]::self.width]
 
     def distinct(self, name: str) -> tuple[np.ndarray, list[str]]:
-        return _distinct(self.values(name))
+        return code_values(self.values(name))
 
     def offer_ids(self, name: str) -> tuple[list[str], np.ndarray]:
         """The id cells, stripped, and which are empty."""
@@ -507,12 +511,6 @@ def _check_unique(table: OfferTable, name: str) -> None:
 
 def _commas(line: str) -> int:
     return line.count(",")
-
-
-def _distinct(values: list[str]) -> tuple[np.ndarray, list[str]]:
-    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
-    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
-    return codes, list(index)
 
 
 # -- per distinct cell: the value offers_io would read, or _BAD when it would refuse it ------------

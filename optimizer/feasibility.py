@@ -18,6 +18,7 @@ Every rejection states the number that failed.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Literal
 
 from rentopt.optimizer.errors import InputError
@@ -296,8 +297,11 @@ class _Rung:
         return self.sharded or self.tp > 1 or self.pp > 1
 
 
-def _ladder(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, pins: Pins) -> list[_Rung]:
-    n, per_node = shape.total_gpus, shape.gpus_per_node
+@lru_cache(maxsize=1024)
+def _ladder(model: ModelSpec, setup: TrainingSetup, n: int, per_node: int, nodes: int,
+               pins: Pins) -> tuple[_Rung, ...]:
+    """The ladder of a node shape: it reads only the shape's GPU counts (a quote's hundreds of
+    shapes share a few dozen ladders)."""
     rungs: list[_Rung] = []
     if not setup.trains:
         rungs.append(_Rung("single" if n == 1 else "replicas"))
@@ -305,7 +309,7 @@ def _ladder(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, pins: Pins
             rungs.append(_Rung(f"tp{tp}", tp=tp))
         if n > 1:
             rungs.append(_Rung(f"pp{n}", pp=n))  # layer split (HF device_map="auto")
-        return rungs
+        return tuple(rungs)
     rungs.append(_Rung("single" if n == 1 else "ddp"))
     if n > 1:
         rungs += [_Rung("zero1", zero=1), _Rung("zero2", zero=2)]
@@ -313,9 +317,9 @@ def _ladder(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, pins: Pins
     for tp in _tp_sizes(model, per_node):
         dp = n // tp
         rungs.append(_Rung(f"tp{tp}" + ("+zero1" if dp > 1 else ""), zero=1 if dp > 1 else 0, tp=tp))
-    if shape.nodes > 1:
+    if nodes > 1:
         tp = per_node if per_node in _tp_sizes(model, per_node) else 1
-        rungs.append(_Rung(f"tp{tp}+pp{shape.nodes}" if tp > 1 else f"pp{shape.nodes}", tp=tp, pp=shape.nodes))
+        rungs.append(_Rung(f"tp{tp}+pp{nodes}" if tp > 1 else f"pp{nodes}", tp=tp, pp=nodes))
     if n == 1:
         rungs.append(_Rung("zero2+offload-optimizer", zero=2, offload="optimizer"))
     if pins.fsdp:
@@ -324,7 +328,7 @@ def _ladder(model: ModelSpec, setup: TrainingSetup, shape: NodeShape, pins: Pins
         rungs.append(_Rung("fsdp+offload-all", fsdp=True, offload="all"))
     rungs.append(_Rung("zero3+offload-optimizer", zero=3, offload="optimizer"))
     rungs.append(_Rung("zero3+offload-all", zero=3, offload="all"))
-    return [r for r in rungs if _allowed_by_pins(r, pins)]
+    return tuple(r for r in rungs if _allowed_by_pins(r, pins))
 
 
 def _checkpointing_order(rungs: list[_Rung], setup: TrainingSetup) -> list[tuple[_Rung, bool]]:
@@ -343,6 +347,15 @@ def _checkpointing_order(rungs: list[_Rung], setup: TrainingSetup) -> list[tuple
     whole = [r for r in rungs if not r.splits_model and r.offload == "none"]
     rest = [r for r in rungs if r not in whole]
     return [(r, gc) for gc in (False, True) for r in whole] + [(r, gc) for r in rest for gc in (False, True)]
+
+
+@lru_cache(maxsize=1024)
+def _trials(runs: TrainingSetup, rungs: tuple[_Rung, ...], n: int) -> tuple[tuple[_Rung, bool, TrainingSetup], ...]:
+    """Each (rung, checkpointing) `_climb` tries, in order, with the setup it estimates: none of
+    it reads the card, so the shapes of every card with these GPU counts share it (the 1M-offer
+    bench: 763 climbs over a few dozen of these; each setup is a pydantic copy)."""
+    return tuple((rung, checkpointing, _setup_for(runs, rung, n, checkpointing))
+                 for rung, checkpointing in _checkpointing_order(list(rungs), runs))
 
 
 def _tp_sizes(model: ModelSpec, per_node: int) -> list[int]:
@@ -430,9 +443,8 @@ def _climb(model: ModelSpec, setup: TrainingSetup, runtime: Runtime, shape: Node
     closest: tuple[float, _Rung, MemoryEstimate] | None = None
     needs_nvlink: _Rung | None = None
     host_short: tuple[float, _Rung] | None = None
-    rungs = _ladder(model, runs, shape, pins)
-    for rung, checkpointing in _checkpointing_order(rungs, runs):
-        trial = _setup_for(runs, rung, n, checkpointing)
+    rungs = _ladder(model, runs, n, shape.gpus_per_node, shape.nodes, pins)
+    for rung, checkpointing, trial in _trials(runs, rungs, n):
         mem = estimate(model, trial, activation_scale=activation_scale)
         required = mem.required_gb_per_gpu
         if required > capacity:

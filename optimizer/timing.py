@@ -27,6 +27,7 @@ widened by the uncertainty of the link bandwidth.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from rentopt.optimizer.errors import InputError
 from rentopt.optimizer.feasibility import (
@@ -182,6 +183,7 @@ def _active_block_linear(model: ModelSpec) -> int:
                            + model.experts_per_token * model.mlp_params_per_expert + router)
 
 
+@lru_cache(maxsize=256)
 def matmul_params(model: ModelSpec) -> int:
     """Weights a token is multiplied by: the active block projections plus the output head
     (a matmul even when tied to the embedding; the embedding lookup is not)."""
@@ -294,10 +296,11 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
     eff = MAMF_EFFICIENCY.get(gpu.id, MAMF_DEFAULT)
     eff *= m / (m + params.tokens_half) * (h / tp) / (h / tp + params.hidden_half)
     mm_passes = 1.0 + bwd + r
-    mm_flops = 2.0 * matmul_params(model) * m * mm_passes / per_gpu
+    weights = matmul_params(model)
+    mm_flops = 2.0 * weights * m * mm_passes / per_gpu
     # Roofline: every pass reads each weight once (2 bytes; 4-bit codes are unpacked to 16 bit
     # first), so a micro-batch of few tokens is bound by weight reads, not FLOPs.
-    weight_reads = 2.0 * matmul_params(model) * mm_passes / per_gpu
+    weight_reads = 2.0 * weights * mm_passes / per_gpu
     t_mm = max(mm_flops / (peak_mm * eff), weight_reads / (gpu.memory_bandwidth_gbps * 1e9 * HBM_EFFICIENCY))
 
     # attention

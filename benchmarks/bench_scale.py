@@ -45,8 +45,10 @@ FLOOR = "import click, tabulate; from ortools.sat.python import cp_model"
 # One quote in a child process, timed by phase: what reading the offers costs (load_offers and
 # the OfferTable: this module's concern) apart from planning and solving.
 PHASES = """
-import sys, time
+import os, sys, time
 t0 = time.perf_counter()
+from rentopt.optimizer.cli import HUGEPAGE_SETTING
+os.environ.setdefault(HUGEPAGE_SETTING, "0")  # as the rentopt command does, before numpy's import
 from rentopt.optimizer.catalog import load_offers
 from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.models import TrainingSetup

@@ -1231,6 +1231,23 @@ class PriceColumns:
                 lo = np.fmin(lo, p1 + p2 + rate * np.maximum(0.0, s - l1 - l2))
         return hi, lo
 
+    def alone_floor(self, rows: np.ndarray, hours: np.ndarray) -> np.ndarray:
+        """A lower bound on the compute of one node of each row running `hours` on its own (a
+        stage alone on its instance): a cover buys no block and meters all the time (at least
+        the metered cost) or buys one at least (at least the cheapest block's or term's price),
+        and never pays less than the cheapest rate x hours. Exact for a metered-only row. NaN
+        where the row has no price of this kind. No block covers are worked out (`compute_bounds`
+        does), so it bounds a million candidates: a 4 h validation on an offer with a cheap
+        month is bounded by its hourly price, not by a 730 h block's rate."""
+        seconds = _array_seconds(hours).astype(np.float64)
+        metered = _Metered(self.hourly[rows], self.t.granularity_s[rows], self.t.minimum_s[rows])(seconds)
+        with np.errstate(invalid="ignore"):
+            block = np.fmin(np.fmin(self.day[rows], self.week[rows]), self.month[rows])
+        if self.terms:
+            for i in np.flatnonzero(np.isin(rows, list(self.terms))):
+                block[i] = np.fmin(block[i], min(p for _, p in self.terms[int(rows[i])]))
+        return np.fmax(self.floor_per_hour[rows] * hours, np.fmin(metered, block))
+
     def single(self, rows: np.ndarray, seconds: np.ndarray) -> np.ndarray:
         """An upper bound on the cheapest cover of `seconds` of running time (per node)."""
         cost, _ = self._covers(rows, seconds.astype(np.float64), None)

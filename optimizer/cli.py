@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -906,7 +907,17 @@ def _debug_requested() -> bool:
         return False
 
 
+# NumPy asks the kernel for transparent huge pages for each array of 4 MiB or more, unless
+# NUMPY_MADVISE_HUGEPAGE=0 (read when numpy is imported: numpy.org/doc/stable/reference/
+# global_state.html). A quote touches each of its large arrays once, so huge pages save it
+# nothing, and where the kernel compacts memory to fault one in (THP defrag "madvise", the
+# default of many distributions) each fault stalls: a 1M-offer store quote here spent 0.9-1.2 s
+# in the kernel with them and 0.4-0.8 s without (2026-12-02). A value the user set wins.
+HUGEPAGE_SETTING = "NUMPY_MADVISE_HUGEPAGE"
+
+
 def main() -> None:
+    os.environ.setdefault(HUGEPAGE_SETTING, "0")  # before numpy's import (this module never imports it)
     # Settings are read (and logging configured) by the group, after click has answered
     # --version and --help: a bad RENTOPT_* value must not hide the help that explains it.
     try:

@@ -744,6 +744,22 @@ class _Planner:
                 for k, p in prices.items():
                     sel = arrays["kind"] == k
                     cost[sel] = p.floor_per_hour[arrays["row"][sel]] * running[sel] * (1 if nodes is None else nodes[sel])
+            return padded(cost)
+
+        def alone_cost(arrays, idx):  # type: ignore[no-untyped-def]
+            """billing's `alone_floor` of the candidates `idx` (one node each, on their own), padded."""
+            rows, hours = arrays["row"][idx], arrays["destroy_wall"][idx]
+            if len(prices) == 1:
+                [p] = prices.values()
+                return padded(p.alone_floor(rows, hours))
+            cost = np.zeros(len(idx))
+            for k, p in prices.items():
+                sel = arrays["kind"][idx] == k
+                cost[sel] = p.alone_floor(rows[sel], hours[sel])
+            return padded(cost)
+
+        def padded(cost):  # type: ignore[no-untyped-def]
+            """`cost` less billing's pad (as `widen` pads every rough bound), in place."""
             pad = np.maximum(1.0, cost)
             pad *= 1e-9
             pad += next(iter(prices.values())).slack
@@ -779,7 +795,13 @@ class _Planner:
             walls, second = first.second_by_wall[key]
             at = np.searchsorted(walls, va["destroy_wall"][mine], side="right")
             limit_v[mine] = np.maximum(limit_v[mine], np.where(at > 0, second[np.maximum(at - 1, 0)], np.inf))
-        want_v = head_v | (lb_v <= limit_v) | _among(v_inst, t_inst[want_t])
+        cheap = lb_v <= limit_v
+        # bounded again, closer, where the floor let one through: on its own a 4 h validation pays
+        # its metered price or a whole block, not a month's rate per hour (1M offers: 132k -> 43k)
+        unsure = np.flatnonzero(cheap & ~head_v)
+        if len(unsure):
+            cheap[unsure] = alone_cost(va, unsure) <= limit_v[unsure]
+        want_v = head_v | cheap | _among(v_inst, t_inst[want_t])
         return np.flatnonzero(want_t), np.flatnonzero(want_v)
 
     def _usable_rows(self, kinds: tuple[int, ...]) -> np.ndarray:

@@ -613,6 +613,36 @@ def test_rough_bounds_contain_the_exact_bills(o, data):
         assert allowed[0] and lo[0] <= lease <= hi[0], (lo[0], lease, hi[0])
 
 
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(priced_offers(), hours_of, st.sampled_from([D(0), D("0.5")]))
+def test_the_alone_floor_never_exceeds_the_exact_compute_and_is_it_for_a_metered_offer(o, hours, out_hours):
+    """`PriceColumns.alone_floor` (the first pass's bound on a validation on its own) against
+    the exact bill of the same run with nothing but compute in it (no disk, no transfers)."""
+    from rentopt.optimizer.billing import price_alone
+
+    fx7 = FxTable.load(overrides={"CNY": D(7)})
+    p = _rough(o, fx7)
+    run = Use("v", "validate", offer_terms(o, fx7, "USD"), False, 1, hours, D(0), D(0), D(0), out_hours)
+    exact = sum((s.cost for s in price_alone(run)), D(0))
+    floor = p.alone_floor(np.array([0]), np.array([float(hours + out_hours)]))[0]
+    assert floor <= float(exact) + 0.01, (floor, exact)  # the bill is rounded to cents
+    if all(option.unit == HOUR for option in o.price_options):
+        assert abs(floor - float(exact)) <= 0.01, (floor, exact)
+
+
+def test_the_alone_floor_of_a_short_run_is_its_metered_price_or_one_block_not_a_months_rate():
+    """Worked by hand: 1.00/h billed by the hour, 100.00 a month (730 h). 4.1 h alone bills 5 h,
+    5.00 (a month is dearer); the cheapest rate, 0.137/h, would say 0.56. With a 3.00 day as well,
+    one day covers it: 3.00."""
+    fx = FxTable.load()
+    month = offer([PriceOption(unit=HOUR, amount=D("1.00")), PriceOption(unit=MONTH, amount=D("100"))],
+                  currency="USD", billing_granularity_s=3600, month_hours=730)
+    assert math.isclose(_rough(month, fx).alone_floor(np.array([0]), np.array([4.1]))[0], 5.00)
+    day = offer([PriceOption(unit=HOUR, amount=D("1.00")), PriceOption(unit=DAY, amount=D("3.00")),
+                 PriceOption(unit=MONTH, amount=D("100"))], currency="USD", billing_granularity_s=3600, month_hours=730)
+    assert math.isclose(_rough(day, fx).alone_floor(np.array([0]), np.array([4.1]))[0], 3.00)
+
+
 def test_rough_lease_bounds_allow_a_mixed_cover_below_any_single_option():
     # 2.00/h or a 30.00 day: 4 h + 30 h on one instance = 34 h = a day + 10 h = 50.00, while the
     # best single option alone is 2 days = 60.00. The rough lower bound must not exceed 50.

@@ -46,3 +46,29 @@ def test_offers_providers_and_its_alias_give_the_same_rows(spelling):
     both = run_json("offers", spelling, "lambda,sheet", "--format", "json")
     assert {o["provider"] for o in both} == {"lambda", "autodl", "jygpu"}  # the sheet plugin's platforms
     assert both == run_json("offers", "--providers", "lambda,sheet", "--format", "json")
+
+
+def test_the_cli_turns_numpys_huge_pages_off_before_numpy_is_imported_unless_the_user_set_them():
+    """NUMPY_MADVISE_HUGEPAGE is read once, when numpy is imported: main() must set it first
+    (the cli module itself never imports numpy), and keep a value the user gave."""
+    import os
+    import subprocess
+    import sys
+
+    code = "\n".join([
+        "import os, sys",
+        "import rentopt.optimizer.cli as cli",
+        "imported = 'numpy' in sys.modules",
+        "sys.argv = ['rentopt', 'models', '--format', 'json']",
+        "try:",
+        "    cli.main()",
+        "except SystemExit:",
+        "    pass",
+        "print(imported, os.environ.get('NUMPY_MADVISE_HUGEPAGE'), file=sys.stderr)",
+    ])
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stderr.split()[-2:] == ["False", "0"]
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "NUMPY_MADVISE_HUGEPAGE": "1"},
+                         capture_output=True, text=True, check=True)
+    assert out.stderr.split()[-2:] == ["False", "1"]

@@ -396,6 +396,28 @@ def test_narrowing_keeps_a_cheap_validation_whose_rate_per_hour_is_not_the_lowes
     _check(req, catalog, "auto")
 
 
+def test_narrowing_bounds_a_short_validation_by_its_hourly_price_not_below_it(monkeypatch):
+    """VD1 and VD2 sell an hour (7.05, 7.10) and a month (3000.00, 3010.00): their rates per hour,
+    4.11 and 4.12, are the lowest, so they are the two heads of the key, and the dearer of them
+    validates 4.0047 h for at most 28.43 (+ billing's 0.08 of slack). VC sells only an hour, at
+    7.00: 28.03. All three may run 5 h at most, so only T (20.00/h) trains. VC's floor passes the
+    heads' limit, and so must its closer bound (its own metered bill): the best plan validates on
+    VC and destroys it. A bound 3 % above VC's bill would drop VC for VD1."""
+    import rentopt.optimizer.planner as planner
+
+    monkeypatch.setattr(planner, "HEADS_FROM", 0)
+    monkeypatch.setattr(planner, "HEADS", 2)
+    hour = lambda amount: PriceOption(unit="hour", amount=Decimal(amount))  # noqa: E731
+    month = lambda amount: PriceOption(unit="month", amount=Decimal(amount))  # noqa: E731
+    short = dict(max_duration_hours=5.0)
+    catalog = [_l40s("T", [hour("20.00")]), _l40s("VD1", [hour("7.05"), month(3000)], **short),
+               _l40s("VD2", [hour("7.10"), month(3010)], **short), _l40s("VC", [hour("7.00")], **short)]
+    req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(4), top=TOP_K)
+    best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]
+    assert best.choice.validate.startswith("v:a:VC:") and best.choice.idle == "destroy"
+    _check(req, catalog, "auto")
+
+
 def _trainer_and_three_validators(slow: dict) -> list[Offer]:
     """T (2.00/h) trains; VS, VS2 (0.50, 0.55/h, network `slow`) and VF (1.50/h) may run at
     most 5 h, so they can only validate."""

@@ -299,7 +299,7 @@ class _Rung:
 
 @lru_cache(maxsize=1024)
 def _ladder(model: ModelSpec, setup: TrainingSetup, n: int, per_node: int, nodes: int,
-               pins: Pins) -> tuple[_Rung, ...]:
+            pins: Pins) -> tuple[_Rung, ...]:
     """The ladder of a node shape: it reads only the shape's GPU counts (a quote's hundreds of
     shapes share a few dozen ladders)."""
     rungs: list[_Rung] = []

@@ -727,9 +727,12 @@ class _Planner:
         candidate whose floor exceeds its group's bound or the K-th's is in no top-K plan; nor
         is a validation whose floor exceeds, for each of its keys, the second-lowest among those
         no slower (two surely cheaper, no slower ones on different instances: one always serves
-        instead, within any deadline). The others join the heads; with the validations on the
-        instances of the training candidates kept (a lease), the full prune's survivors are
-        among them, and so is every top-K plan (tests/test_solver_property.py).
+        instead, within any deadline). Where the floor does not tell, billing's `alone_floor`
+        (the validation on its own: its metered price or one whole block) is compared instead;
+        a validation in a lease needs no such bound, it is kept with its training candidate. The
+        others join the heads; with the validations on the instances of the training candidates
+        kept (a lease), the full prune's survivors are among them, and so is every top-K plan
+        (tests/test_solver_property.py).
         """
         def floor_cost(arrays, running, nodes):  # type: ignore[no-untyped-def]
             """(rate x hours x nodes) - pad, built in place: at a million offers each of these
@@ -974,6 +977,8 @@ class _Planner:
         self.keys: dict[tuple, int] = {}
         out_h_all = _transfer_hours(float(prep.destroy_gb), t.net_up_mbps)
         hours_all = float(req.validate_hours) + import_h  # type: ignore[arg-type]
+        destroy_all = hours_all + out_h_all
+        in_time = ~(destroy_all > t.max_hours)  # once over the table, not gathered per shape
         has = {k: t.has_kind(k) for k in kinds}
         rows_of: list[np.ndarray] = []
         pieces: list[tuple[int, int, int, int, int]] = []  # per (shape, signature, kind): kind, sig, fit, keys
@@ -982,8 +987,7 @@ class _Planner:
             sigs = by_arch.get(gpu.architecture)
             if not sigs:
                 continue
-            ok = ~(hours_all[rows] + out_h_all[rows] > t.max_hours[rows])
-            rows = rows[ok]
+            rows = rows[in_time[rows]]
             if not len(rows):
                 continue
             for sig in sigs:
@@ -1002,7 +1006,6 @@ class _Planner:
         row = np.concatenate(rows_of).astype(np.int64) if rows_of else np.zeros(0, dtype=np.int64)
         counts = [len(r) for r in rows_of]
         piece = np.repeat(np.arange(len(pieces), dtype=np.int32), counts)
-        destroy_all = hours_all + out_h_all
         va = _Candidates({"row": row, "piece": piece}, {
             "kind": lambda c: piece_table[c["piece"], 0], "sig": lambda c: piece_table[c["piece"], 1],
             "fit": lambda c: piece_table[c["piece"], 2], "model_key": lambda c: piece_table[c["piece"], 3],

@@ -314,7 +314,8 @@ class Texts(_LazyList):
         return self.data.decode().split("\x00") if len(self) else []
 
     def take(self, rows: np.ndarray) -> list:
-        return [self[int(r)] for r in rows]
+        data, at = self.data, np.asarray(rows, dtype=np.int64)
+        return [data[b:e].decode() for b, e in zip(self.starts[at].tolist(), (self.starts[at + 1] - 1).tolist())]
 
 
 class FixedTexts(_LazyList):
@@ -337,6 +338,15 @@ class FixedTexts(_LazyList):
 
     def take(self, rows: np.ndarray) -> FixedTexts:
         return FixedTexts(self.array[rows])
+
+
+def values_at(values: Sequence, rows: np.ndarray) -> list:
+    """`values[r]` for each of `rows`, as a list: one gather for a coded or packed column."""
+    if isinstance(values, (Strings, FixedTexts)):
+        return values.take(rows).tolist()
+    if isinstance(values, Texts):
+        return values.take(rows)
+    return [values[r] for r in rows.tolist()]
 
 
 def _join_texts(values: Sequence[Any]) -> Texts | list:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
+from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -54,7 +55,7 @@ from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout
 from rentopt.optimizer.hardware import get_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
-from rentopt.optimizer.offer_table import OfferTable
+from rentopt.optimizer.offer_table import OfferTable, values_at
 from rentopt.optimizer.solver import Candidate as SolverCandidate
 from rentopt.optimizer.solver import (
     Kept,
@@ -537,10 +538,27 @@ class Rejections:
         return out
 
     def listed(self) -> list[tuple[int, str, str]]:
-        """(table row, constraint, reason) for every rejection, in the offers' order."""
-        out = [(int(r), constraint, reason if isinstance(reason, str) else reason(i))
-               for rows, constraint, reason in self._chunks for i, r in enumerate(rows)]
-        return sorted(out, key=lambda x: x[0])
+        """(table row, constraint, reason) for every rejection, in the offers' order (a row's
+        rejections in the order they were added)."""
+        rows, constraints, reasons = self.columns()
+        return list(zip(rows.tolist(), constraints, reasons))
+
+    def columns(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """`listed` as columns: (table rows, constraints, reasons). One sort of the rows, not of
+        a tuple per rejection (a 1M-offer quote has 237k)."""
+        if not self._chunks:
+            return np.zeros(0, dtype=np.int64), [], []
+        rows = np.concatenate([r for r, _, _ in self._chunks])
+        constraints: list[str] = []
+        reasons: list[str] = []
+        for chunk, constraint, reason in self._chunks:
+            constraints += [constraint] * len(chunk)
+            reasons += [reason] * len(chunk) if isinstance(reason, str) else [reason(i) for i in range(len(chunk))]
+        if len(rows) == 1:
+            return rows, constraints, reasons
+        order = np.argsort(rows, kind="stable")
+        pick = itemgetter(*order.tolist())
+        return rows[order], list(pick(constraints)), list(pick(reasons))
 
 
 @dataclass
@@ -1357,10 +1375,13 @@ def _ram_keys(gb: np.ndarray) -> np.ndarray:
 
 
 def rejections(planned: Planned) -> list[Rejection]:
-    """The rejected offers in the order of the offers (not of the shapes the planner went through)."""
+    """The rejected offers in the order of the offers (not of the shapes the planner went through).
+    Their names are gathered column by column (a 1M-offer quote lists 237k rejections)."""
     t = planned.table
-    return [Rejection(provider=t.provider[r], offer_id=t.offer_id[r], gpu=t.gpu[r] or t.gpu_raw[r],  # type: ignore[arg-type]
-                      constraint=c, reason=why) for r, c, why in planned.rejected]
+    rows, constraints, reasons = planned.rejections.columns()
+    providers, ids, gpus, raw = (values_at(getattr(t, name), rows) for name in ("provider", "offer_id", "gpu", "gpu_raw"))
+    return [Rejection(provider=p, offer_id=i, gpu=g or r, constraint=c, reason=why)  # type: ignore[arg-type]
+            for p, i, g, r, c, why in zip(providers, ids, gpus, raw, constraints, reasons)]
 
 
 def _no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoFeasiblePlan:

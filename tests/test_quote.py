@@ -632,3 +632,22 @@ def test_offers_that_differ_only_in_host_ram_get_each_their_own_offload_verdict(
         assert all(s["layout"] and "offload" in s["layout"] for p in got["plans"] for s in p["stages"] if s["kind"] == "train")
         [rejected] = [r for r in got["rejected"] if r["offer_id"] == "small-host"]
         assert "host RAM" in rejected["reason"]
+
+
+def test_rejections_are_listed_in_the_offers_order_and_a_rows_own_in_the_order_they_came():
+    """Worked by hand: rows 3 and 1 rejected for their GPU, then rows 1 and 0 (and 1 again, a
+    second node count) for their length, each with its own reason."""
+    import numpy as np
+
+    from rentopt.optimizer.planner import Rejections
+
+    r = Rejections()
+    r.add(np.array([3, 1]), "gpu", "unknown card")
+    r.add(np.array([1, 0, 1]), "max_duration", lambda i: f"long #{i}")
+    assert r.listed() == [(0, "max_duration", "long #1"), (1, "gpu", "unknown card"), (1, "max_duration", "long #0"),
+                          (1, "max_duration", "long #2"), (3, "gpu", "unknown card")]
+    assert r.counts() == {"gpu": 2, "max_duration": 3} and len(r) == 5
+    one = Rejections()
+    one.add(7, "price", "no price")
+    assert one.listed() == [(7, "price", "no price")]
+    assert Rejections().listed() == []

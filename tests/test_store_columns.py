@@ -218,6 +218,7 @@ def test_texts_read_like_the_list_they_hold() -> None:
     assert column.take(np.array([3, 0])) == ["b,2", "a1"] and list(Texts.of([])) == [] and Texts.of(["x"]) == ["x"]
     with pytest.raises(ValueError, match="2 texts for 3 rows"):
         Texts(b"a\x00b", 3)
+    assert column.take(np.array([1, 2, 2, 3])) == ["", "ünï", "ünï", "b,2"] and column.take(np.zeros(0, int)) == []
     joined = merge_column("offer_id", [column, ["c"], Texts.of([]), Texts.of([""])], [4, 1, 0, 1])
     assert isinstance(joined, Texts) and joined == [*ids, "c", ""]
     assert merge_column("offer_id", [column, ["bad\x00id"]], [4, 1]) == [*ids, "bad\x00id"]  # no Texts can hold it
@@ -257,3 +258,18 @@ def test_damaged_planning_columns_are_refused_with_the_way_out(tmp_path, damage,
     with open_writable(path) as s, pytest.raises(StoreError, match=f"cannot read .*{match}.*mv "):
         s.load_plan_part(["alpha"])
     assert path.read_bytes() == before
+
+
+def test_values_at_reads_every_kind_of_string_column_as_its_list() -> None:
+    import numpy as np
+
+    from rentopt.optimizer.offer_table import FixedTexts, Strings, Texts, values_at
+
+    values = ["h100", "", "ünï", "h100"]
+    rows = np.array([3, 0, 2, 2, 1])
+    want = ["h100", "h100", "ünï", "ünï", ""]
+    columns = [values, Texts.of(values), Strings(np.array([0, 1, 2, 0]), ["h100", "", "ünï"]),
+               FixedTexts(np.array([v.encode() for v in values], dtype="S8"))]
+    for column in columns:
+        assert values_at(column, rows) == want, type(column).__name__
+        assert values_at(column, np.zeros(0, dtype=np.int64)) == []

@@ -80,6 +80,7 @@ from rentopt.optimizer.models import (
     PlanStage,
     PriceSource,
     Quote,
+    REJECT_REASONS,
     Rejection,
     TokenRate,
     TrainingSetup,
@@ -524,6 +525,8 @@ class Rejections:
 
     def add(self, rows: np.ndarray | int, constraint: str, reason: str | Callable[[int], str]) -> None:
         """`reason`: one text for all `rows`, or a function of the position in `rows`."""
+        if constraint not in REJECT_REASONS:  # Rejection is not validated when it is built
+            raise ValueError(f"{constraint!r} is not a RejectReason")
         rows = np.atleast_1d(np.asarray(rows, dtype=np.int64))
         if len(rows):
             self._chunks.append((rows, constraint, reason))

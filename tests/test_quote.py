@@ -601,6 +601,7 @@ def test_an_offer_that_may_not_run_long_enough_is_rejected_with_the_hours_it_nee
                                          "alpha,open,H100-SXM-80GB,8,30.00,USD,nvlink,\n", "--rent-days", "2")
     (rejected,) = quote["rejected"]
     assert rejected["offer_id"] == "short" and rejected["constraint"] == "max_duration"
+    assert list(rejected) == ["provider", "offer_id", "gpu", "constraint", "reason"]  # the JSON contract's keys
     found = re.fullmatch(r"needs (\d+\.\d) h of rental on 1 node\(s\); the host allows at most 4\.8 h", rejected["reason"])
     assert found and 48.0 <= float(found.group(1)) < 52.0, rejected["reason"]
     # it may still hold the short validation run; the training runs on the other one
@@ -651,3 +652,5 @@ def test_rejections_are_listed_in_the_offers_order_and_a_rows_own_in_the_order_t
     one.add(7, "price", "no price")
     assert one.listed() == [(7, "price", "no price")]
     assert Rejections().listed() == []
+    with pytest.raises(ValueError, match="not a RejectReason"):
+        Rejections().add(np.array([0]), "too dear", "a constraint the JSON contract does not name")

@@ -108,6 +108,19 @@ def test_pins_restrict_the_ladder():
     assert isinstance(fit, Fit) and fit.layout.strategy == "zero3"
 
 
+def test_across_nodes_the_ladder_has_tensor_parallel_inside_and_a_pipeline_across():
+    """Pinned to TP 8 without ZeRO, Llama-2-70B's full fine-tune on two 8 x H100 nodes has one
+    rung left that fits: TP 8 in each node and a two-stage pipeline across them (tp8+pp2, each
+    GPU holding half the layers' share). One node has only tp8, which needs about 147 GB per GPU."""
+    pins = Pins(zero=0, tensor_parallel=8)
+    two = find_layout(LLAMA70, TrainingSetup(mode="full"),
+                      shape("H100-SXM-80GB", 8, "nvlink", nodes=2, fabric="infiniband", fabric_gbps=3200), pins=pins)
+    assert isinstance(two, Fit) and two.layout.strategy == "tp8+pp2"
+    assert (two.layout.tensor_parallel, two.layout.pipeline_parallel, two.layout.nodes) == (8, 2, 2)
+    one = find_layout(LLAMA70, TrainingSetup(mode="full"), shape("H100-SXM-80GB", 8, "nvlink"), pins=pins)
+    assert isinstance(one, NoFit) and "tp8 over 8 GPUs" in one.reason
+
+
 def test_activation_scale_rescales_only_the_uncertain_part():
     base = find_layout(LLAMA7, TrainingSetup(mode="qlora", grad_checkpointing=True), shape("RTX-4090-24GB", 1))
     scaled = find_layout(LLAMA7, TrainingSetup(mode="qlora", grad_checkpointing=True), shape("RTX-4090-24GB", 1),

@@ -108,11 +108,7 @@ class OfferTable:
         if len(rows) == self.n and (rows == np.arange(self.n)).all():
             return self
         position = {int(r): i for i, r in enumerate(rows)}
-
-        def pick(values: Sequence) -> Sequence:
-            return values.take(rows) if isinstance(values, (Strings, Texts, FixedTexts)) else [values[r] for r in rows]
-
-        columns: dict = {name: pick(getattr(self, name)) for name in LIST_COLUMNS}
+        columns: dict = {name: take_strings(getattr(self, name), rows) for name in LIST_COLUMNS}
         columns.update({name: _take(getattr(self, name), rows) for name in ARRAY_COLUMNS})
         columns.update({name: getattr(self, name)[:, rows] for name in PRICE_COLUMNS})
         parent = self
@@ -340,13 +336,17 @@ class FixedTexts(_LazyList):
         return FixedTexts(self.array[rows])
 
 
+def take_strings(values: Sequence, rows: np.ndarray) -> Sequence:
+    """A string column's `rows`, held as compactly as the column is (a list for a list)."""
+    if isinstance(values, (Strings, Texts, FixedTexts)):
+        return values.take(rows)
+    return [values[r] for r in np.asarray(rows).tolist()]
+
+
 def values_at(values: Sequence, rows: np.ndarray) -> list:
     """`values[r]` for each of `rows`, as a list: one gather for a coded or packed column."""
-    if isinstance(values, (Strings, FixedTexts)):
-        return values.take(rows).tolist()
-    if isinstance(values, Texts):
-        return values.take(rows)
-    return [values[r] for r in rows.tolist()]
+    picked = take_strings(values, rows)
+    return picked if isinstance(picked, list) else picked.tolist()  # type: ignore[attr-defined]
 
 
 def _join_texts(values: Sequence[Any]) -> Texts | list:

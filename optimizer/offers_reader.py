@@ -41,7 +41,7 @@ from rentopt.optimizer.cell_spans import CellSpans, factorize, mix
 from rentopt.optimizer.errors import OffersFileError
 from rentopt.optimizer.models import Offer
 from rentopt.optimizer.offer_table import (
-    Codes, FixedTexts, OfferTable, Part, Texts, code_values, constant, merge_parts,
+    Codes, FixedTexts, OfferTable, Part, code_values, constant, merge_parts, take_strings,
 )
 from rentopt.optimizer import offers_io as io_
 from rentopt.optimizer.offers_io import (
@@ -364,7 +364,7 @@ class _Reader:
         k = (lambda a: a) if every else (lambda a: a[keep])  # noqa: E731
         columns = {
             "provider": Codes(k(p_codes), providers),
-            "offer_id": ids if every else ids.take(keep) if isinstance(ids, (FixedTexts, Texts)) else [ids[i] for i in keep],
+            "offer_id": ids if every else take_strings(ids, keep),
             "gpu": Codes(k(inverse).astype(np.int32), [m.gpu if m else None for m in matches]),
             "gpu_raw": Codes(k(gpu_c), [None if g is _BAD else g for g in gpu_raws]),
             "gpu_status": Codes(k(inverse).astype(np.int32), status),

@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
-from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -557,11 +556,9 @@ class Rejections:
         for chunk, constraint, reason in self._chunks:
             constraints += [constraint] * len(chunk)
             reasons += [reason] * len(chunk) if isinstance(reason, str) else [reason(i) for i in range(len(chunk))]
-        if len(rows) == 1:
-            return rows, constraints, reasons
         order = np.argsort(rows, kind="stable")
-        pick = itemgetter(*order.tolist())
-        return rows[order], list(pick(constraints)), list(pick(reasons))
+        at = order.tolist()
+        return rows[order], [constraints[i] for i in at], [reasons[i] for i in at]
 
 
 @dataclass
@@ -755,32 +752,35 @@ class _Planner:
         kept (a lease), the full prune's survivors are among them, and so is every top-K plan
         (tests/test_solver_property.py).
         """
+        def per_kind(arrays, idx, cost_of):  # type: ignore[no-untyped-def]
+            """`cost_of(price kind's PriceColumns, rows, positions)` of the candidates `idx` (None:
+            all), each priced by its own kind, padded."""
+            rows = arrays["row"] if idx is None else arrays["row"][idx]
+            if len(prices) == 1:  # one price kind (no --spot): every candidate is of it
+                [p] = prices.values()
+                return padded(cost_of(p, rows, slice(None)))
+            kinds = arrays["kind"] if idx is None else arrays["kind"][idx]
+            cost = np.zeros(len(rows))
+            for k, p in prices.items():
+                sel = kinds == k
+                cost[sel] = cost_of(p, rows[sel], sel)
+            return padded(cost)
+
         def floor_cost(arrays, running, nodes):  # type: ignore[no-untyped-def]
             """(rate x hours x nodes) - pad, built in place: at a million offers each of these
             arrays is 6-12 MB of fresh pages. `nodes` None: one node."""
-            if len(prices) == 1:  # one price kind (no --spot): every candidate is of it
-                [p] = prices.values()
-                cost = p.floor_per_hour[arrays["row"]] * running
+            def rate_x_hours(p, rows, at):  # type: ignore[no-untyped-def]
+                cost = p.floor_per_hour[rows] * running[at]
                 if nodes is not None:
-                    cost *= nodes
-            else:
-                cost = np.zeros(len(arrays["row"]))
-                for k, p in prices.items():
-                    sel = arrays["kind"] == k
-                    cost[sel] = p.floor_per_hour[arrays["row"][sel]] * running[sel] * (1 if nodes is None else nodes[sel])
-            return padded(cost)
+                    cost *= nodes[at]
+                return cost
+
+            return per_kind(arrays, None, rate_x_hours)
 
         def alone_cost(arrays, idx):  # type: ignore[no-untyped-def]
             """billing's `alone_floor` of the candidates `idx` (one node each, on their own), padded."""
-            rows, hours = arrays["row"][idx], arrays["destroy_wall"][idx]
-            if len(prices) == 1:
-                [p] = prices.values()
-                return padded(p.alone_floor(rows, hours))
-            cost = np.zeros(len(idx))
-            for k, p in prices.items():
-                sel = arrays["kind"][idx] == k
-                cost[sel] = p.alone_floor(rows[sel], hours[sel])
-            return padded(cost)
+            hours = arrays["destroy_wall"][idx]
+            return per_kind(arrays, idx, lambda p, rows, at: p.alone_floor(rows, hours[at]))
 
         def padded(cost):  # type: ignore[no-untyped-def]
             """`cost` less billing's pad (as `widen` pads every rough bound), in place."""

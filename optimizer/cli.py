@@ -111,7 +111,7 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     -q and -v go before the command (rentopt -v refresh). Log lines are redacted (no key, token
     or secret ever appears) and carry a timestamp when stderr is not a terminal (cron, CI).
     """
-    from rentopt.optimizer.settings import settings
+    from rentopt.optimizer.settings import SettingsError, settings
 
     ctx.obj = Verbosity(quiet, verbose)
     # A command's help never depends on the environment (click shows it after this callback and
@@ -119,6 +119,12 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     if any(arg in ("--help", "-h") for arg in sys.argv[1:]):
         configure_logging(None, quiet=quiet, verbose=verbose)
         return
+    hugepages = os.environ.get(HUGEPAGE_SETTING, "0")
+    try:
+        int(hugepages)  # as numpy reads it: a bad value would fail numpy's import mid-command
+    except ValueError:
+        raise SettingsError(f"{HUGEPAGE_SETTING}={hugepages!r}: NumPy reads it as a whole number "
+                            "(0: huge pages off, 1: on)") from None
     current = settings()  # a bad RENTOPT_* value stops here: one line, exit 2
     configure_logging(current.log_level, quiet=quiet, verbose=verbose)
 

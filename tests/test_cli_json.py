@@ -50,7 +50,8 @@ def test_offers_providers_and_its_alias_give_the_same_rows(spelling):
 
 def test_the_cli_turns_numpys_huge_pages_off_before_numpy_is_imported_unless_the_user_set_them():
     """NUMPY_MADVISE_HUGEPAGE is read once, when numpy is imported: main() must set it first
-    (the cli module itself never imports numpy), and keep a value the user gave."""
+    (the cli module itself never imports numpy), keep a value the user gave, and refuse one
+    numpy cannot read in one line (numpy's import would fail mid-command)."""
     import os
     import subprocess
     import sys
@@ -72,3 +73,8 @@ def test_the_cli_turns_numpys_huge_pages_off_before_numpy_is_imported_unless_the
     out = subprocess.run([sys.executable, "-c", code], env={**env, "NUMPY_MADVISE_HUGEPAGE": "1"},
                          capture_output=True, text=True, check=True)
     assert out.stderr.split()[-2:] == ["False", "1"]
+    bad = subprocess.run([sys.executable, "-c", "from rentopt.optimizer.cli import main; main()", "models"],
+                         env={**env, "NUMPY_MADVISE_HUGEPAGE": "abc"}, capture_output=True, text=True)
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip() == ("rentopt: error: NUMPY_MADVISE_HUGEPAGE='abc': NumPy reads it as a whole number "
+                                  "(0: huge pages off, 1: on)")

@@ -148,10 +148,19 @@ def workload_options(f: Any) -> Any:
                           "modern FSDP (FSDP2, torchtune, Accelerate) reshards it."),
         click.option("--offload", type=click.Choice(["none", "optimizer", "all"]), default=None,
                      help="Move optimizer state (and parameters) to CPU RAM; with --fsdp use all (FSDP CPUOffload)."),
-        click.option("--grad-checkpointing/--no-grad-checkpointing", default=None,
-                     help="Recompute activations in backward: far less activation memory for ~20 % more step "
-                          "time (Hugging Face, huggingface.co/docs/transformers/perf_train_gpu_one). Not given: "
-                          "on only where memory needs it (estimate's headline figures assume on)."),
+        click.option("--grad-checkpointing", "grad_checkpointing", type=click.Choice(["full", "selective"],
+                     case_sensitive=False), is_flag=False, flag_value="full", default=None, metavar="[full|selective]",
+                     help="Recompute activations in backward. full (the flag alone): keep only layer inputs, rerun "
+                          "each layer's forward (~1/3 more compute). selective: keep about half, rerun the cheap "
+                          "part (torchtitan's default, Megatron --recompute-granularity selective). Not given: on "
+                          "only where memory needs it (estimate's headline figures assume full)."),
+        click.option("--no-grad-checkpointing", "no_grad_checkpointing", is_flag=True, default=False,
+                     help="Never recompute activations."),
+        click.option("--activation-offload", is_flag=True, default=False,
+                     help="Stream saved activations to host RAM and back (torchtune/torchtitan activation "
+                          "offloading): less GPU memory, PCIe traffic hidden behind compute where it can be."),
+        click.option("--compile", "compile_", is_flag=True, default=False,
+                     help="torch.compile: fused elementwise kernels and fewer launches (faster memory-bound work)."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="FlashAttention/SDPA: no seq^2 attention scores."),
         click.option("--lora-rank", type=click.IntRange(min=1), default=16, show_default=True),
@@ -175,6 +184,19 @@ def workload_options(f: Any) -> Any:
                      help="Gradient accumulation keeps earlier micro-steps' gradients alive through forward; "
                           "off: one optimizer step per micro-batch (less memory for a full fine-tune)."),
         click.option("--tensor-parallel", type=click.IntRange(min=1), default=None, help="Tensor-parallel size (NVLink only in quotes)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True,
+                     help="With --tensor-parallel: split the norm/dropout activations over the TP group too "
+                          "(Megatron-LM, torchtitan; same traffic as plain TP)."),
+        click.option("--pipeline-parallel", type=click.IntRange(min=1), default=None,
+                     help="Pipeline stages (1F1B schedule; the bubble costs (stages-1)/micro-batches per step)."),
+        click.option("--virtual-stages", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Layer chunks per GPU for the interleaved 1F1B schedule (Megatron "
+                          "--num-layers-per-virtual-pipeline-stage): a smaller bubble, more traffic."),
+        click.option("--context-parallel", type=click.IntRange(min=1), default=None,
+                     help="Split each sequence over this many GPUs (ring attention), for 32k+ token sequences."),
+        click.option("--global-batch", type=click.IntRange(min=1), default=None,
+                     help="Sequences per optimizer step over all GPUs (default: 128 x 2048 tokens; 1M tokens "
+                          "with pipeline parallel). Sets the pipeline bubble and the per-step work."),
         click.option("--quant", type=click.Choice(["none", "nf4", "int8", "int4"]), default="none", show_default=True,
                      help="Weight quantisation for --mode inference."),
         click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="NF4 double quantisation (QLoRA)."),
@@ -192,7 +214,8 @@ WORKLOAD_KEYS = ("model_name", "mode", "seq_len", "micro_batch", "gpus", "zero",
                  "offload", "grad_checkpointing", "flash_attention", "lora_rank", "lora_targets", "precision",
                  "allow_stack", "rope_scaling", "optimizer", "optimizer_in_backward", "grad_accumulation",
                  "tensor_parallel", "quant",
-                 "double_quant", "chunked_loss", "margin")
+                 "double_quant", "chunked_loss", "margin", "no_grad_checkpointing", "activation_offload", "compile_",
+                 "sequence_parallel", "pipeline_parallel", "virtual_stages", "context_parallel", "global_batch")
 
 
 def _workload(kw: dict[str, Any]) -> tuple[Any, Any]:
@@ -209,11 +232,20 @@ def _workload(kw: dict[str, Any]) -> tuple[Any, Any]:
         click.echo(f"rentopt: warning: {warning}", err=True)
     if warnings:
         model = model.model_copy(update={"notes": (*model.notes, *(f"warning: {w}" for w in warnings))})
+    checkpointing = kw["grad_checkpointing"]
+    if checkpointing is not None and kw["no_grad_checkpointing"]:
+        raise click.UsageError("--grad-checkpointing and --no-grad-checkpointing contradict each other")
     setup = TrainingSetup(
         mode=kw["mode"], seq_len=kw["seq_len"], micro_batch=kw["micro_batch"], gpus=kw["gpus"] or 1,
         zero=kw["zero"] or 0, fsdp=kw["fsdp"], fsdp_frozen_unsharded=kw["fsdp_frozen_unsharded"],
         offload=kw["offload"] or "none",
-        grad_checkpointing=kw["grad_checkpointing"], flash_attention=kw["flash_attention"],
+        grad_checkpointing=False if kw["no_grad_checkpointing"] else (None if checkpointing is None else True),
+        recompute=(checkpointing or "full").lower(), activation_offload=kw["activation_offload"],
+        compile=kw["compile_"], sequence_parallel=kw["sequence_parallel"],
+        pipeline_parallel=kw["pipeline_parallel"] or 1, context_parallel=kw["context_parallel"] or 1,
+        virtual_stages=kw["virtual_stages"],
+        tokens_per_step=kw["global_batch"] * kw["seq_len"] if kw["global_batch"] else None,
+        flash_attention=kw["flash_attention"],
         lora_rank=kw["lora_rank"], lora_targets=kw["lora_targets"], precision=kw["precision"] or "bf16",
         optimizer="none" if kw["mode"] == "inference" else kw["optimizer"],
         optimizer_in_backward=kw["optimizer_in_backward"], grad_accumulation=kw["grad_accumulation"],
@@ -221,6 +253,15 @@ def _workload(kw: dict[str, Any]) -> tuple[Any, Any]:
         quant=kw["quant"], double_quant=kw["double_quant"], chunked_loss=kw["chunked_loss"], margin=kw["margin"],
     )
     return model, setup
+
+
+def _pins(kw: dict[str, Any]) -> Any:
+    """The layout choices the user fixed (feasibility.Pins) from the workload flags."""
+    from rentopt.optimizer.feasibility import Pins
+
+    return Pins(zero=kw["zero"], fsdp=kw["fsdp"] or None, tensor_parallel=kw["tensor_parallel"],
+                pipeline_parallel=kw["pipeline_parallel"], context_parallel=kw["context_parallel"],
+                offload=kw["offload"], capabilities=_capabilities(kw))
 
 
 def _capabilities(kw: dict[str, Any]) -> Any:
@@ -276,8 +317,7 @@ def estimate_command(fmt: str, gpu_name: str | None, nodes: int, fabric_gbps: fl
     est = estimate(model, setup)
     speed = None
     if gpu_name is not None:
-        pins = Pins(zero=kw["zero"], fsdp=kw["fsdp"] or None, tensor_parallel=kw["tensor_parallel"],
-                    offload=kw["offload"], capabilities=_capabilities(kw))
+        pins = _pins(kw)
         speed = layout_speed(model, setup, resolve_user_gpu(gpu_name), kw["gpus"] or 1, nodes, fabric_gbps, pins)
     elif nodes > 1 or fabric_gbps is not None:
         fail("--nodes and --fabric-gbps describe the node shape of --gpu: pass --gpu too", 2)
@@ -446,8 +486,7 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
         raise click.UsageError("--on names the layout that --days are measured on; it needs --days")
     model, setup = _workload(kw)
     fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))
-    pins = Pins(zero=kw["zero"], fsdp=kw["fsdp"] or None, tensor_parallel=kw["tensor_parallel"], offload=kw["offload"],
-                capabilities=_capabilities(kw))
+    pins = _pins(kw)
     gpu_filter = GpuFilter(include=parse_gpu_filter(gpu_names), exclude=tuple(g for g, _ in parse_gpu_filter(exclude_gpus)),
                            min_memory_gb=min_gpu_memory, gpus_per_node=kw["gpus"], max_nodes=max_nodes)
     request = QuoteRequest(

@@ -119,6 +119,8 @@ class Pins:
     zero: int | None = None
     fsdp: bool | None = None
     tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    context_parallel: int | None = None
     offload: str | None = None
     capabilities: Capabilities = Capabilities()
 
@@ -287,6 +289,7 @@ class _Rung:
     tp: int = 1
     pp: int = 1
     offload: str = "none"
+    cp: int = 1
 
     @property
     def sharded(self) -> bool:
@@ -294,7 +297,58 @@ class _Rung:
 
     @property
     def splits_model(self) -> bool:
-        return self.sharded or self.tp > 1 or self.pp > 1
+        return self.sharded or self.tp > 1 or self.pp > 1 or self.cp > 1
+
+
+# Context parallel is searched (not only pinned) from this sequence length: below it one GPU's
+# activations at micro-batch 1 fit with checkpointing on every card the ladder reaches; torchtitan
+# and Megatron recipes turn CP on for 32k and longer contexts (arXiv:2410.06511 Table 6; NeMo
+# long-context recipes).
+CP_SEARCH_MIN_SEQ = 32768
+
+
+def _split_name(tp: int, pp: int, cp: int, sharding: str) -> str:
+    parts = [f"tp{tp}"] * (tp > 1) + [f"pp{pp}"] * (pp > 1) + [f"cp{cp}"] * (cp > 1)
+    return "+".join(parts + ([sharding] if sharding else [])) or "ddp"
+
+
+def _split_rungs(model: ModelSpec, setup: TrainingSetup, n: int, per_node: int, nodes: int,
+                 pins: Pins) -> list[_Rung]:
+    """Layouts that split the model by tensor, pipeline and context parallel groups (Megatron-LM's
+    tp x pp x cp x dp, torchtitan's FSDP2 + TP/SP + PP + CP), each with its data-parallel sharding:
+    ZeRO-1 (Megatron's distributed optimizer) and ZeRO-3/FSDP (torchtitan's 2D and 3D layouts).
+    TP stays inside a node; pipeline stages may span nodes."""
+    tps = [pins.tensor_parallel] if pins.tensor_parallel else [1, *_tp_sizes(model, per_node)]
+    if pins.pipeline_parallel:
+        pps = [pins.pipeline_parallel]
+    else:
+        pps = [1] + ([nodes] if nodes > 1 else [])
+    if pins.context_parallel:
+        cps = [pins.context_parallel]
+    elif setup.seq_len >= CP_SEARCH_MIN_SEQ:
+        cps = [1, 2, 4, 8]
+    else:
+        cps = [1]
+    sharded = ("fsdp", True, 0) if pins.fsdp else ("zero3", False, 3)
+    rungs = []
+    for cp in cps:
+        for pp in pps:
+            for tp in tps:
+                if tp > per_node or n % (tp * pp * cp) or setup.seq_len % cp or (tp == pp == cp == 1):
+                    continue
+                if tp > 1 and tp not in _tp_sizes(model, per_node):
+                    continue
+                if pp > 1 and model.layers % pp:
+                    continue
+                dp = n // (tp * pp * cp)
+                if dp * cp > 1:
+                    rungs.append(_Rung(_split_name(tp, pp, cp, "zero1"), zero=1, tp=tp, pp=pp, cp=cp))
+                else:
+                    rungs.append(_Rung(_split_name(tp, pp, cp, ""), tp=tp, pp=pp, cp=cp))
+                if dp * cp > 1:
+                    name, fsdp, zero = sharded
+                    rungs.append(_Rung(_split_name(tp, pp, cp, name), zero=zero, fsdp=fsdp, tp=tp, pp=pp, cp=cp))
+    return rungs
 
 
 @lru_cache(maxsize=1024)
@@ -309,17 +363,20 @@ def _ladder(model: ModelSpec, setup: TrainingSetup, n: int, per_node: int, nodes
             rungs.append(_Rung(f"tp{tp}", tp=tp))
         if n > 1:
             rungs.append(_Rung(f"pp{n}", pp=n))  # layer split (HF device_map="auto")
-        return tuple(rungs)
+        return tuple(r for r in rungs if _allowed_by_pins(r, pins))
     rungs.append(_Rung("single" if n == 1 else "ddp"))
     if n > 1:
         rungs += [_Rung("zero1", zero=1), _Rung("zero2", zero=2)]
         rungs.append(_Rung("fsdp", fsdp=True) if pins.fsdp else _Rung("zero3", zero=3))
-    for tp in _tp_sizes(model, per_node):
-        dp = n // tp
-        rungs.append(_Rung(f"tp{tp}" + ("+zero1" if dp > 1 else ""), zero=1 if dp > 1 else 0, tp=tp))
-    if nodes > 1:
-        tp = per_node if per_node in _tp_sizes(model, per_node) else 1
-        rungs.append(_Rung(f"tp{tp}+pp{nodes}" if tp > 1 else f"pp{nodes}", tp=tp, pp=nodes))
+    split = _split_rungs(model, setup, n, per_node, nodes, pins)
+    if setup.seq_len >= CP_SEARCH_MIN_SEQ:
+        # long sequences: the smallest split first, and at equal split the sequence before the
+        # weights (CP's ring hides behind attention; TP's all-reduces do not)
+        rungs += sorted(split, key=lambda r: (r.pp, r.tp * r.cp, r.sharded, -r.cp))
+    else:
+        # cheapest first: TP inside a node with ZeRO-1 (no parameter gathers), then the same with
+        # sharded states (2D), then pipelines
+        rungs += sorted(split, key=lambda r: (r.pp > 1 and r.tp == 1, r.cp, r.pp, r.sharded, r.tp))
     if n == 1:
         rungs.append(_Rung("zero2+offload-optimizer", zero=2, offload="optimizer"))
     if pins.fsdp:
@@ -328,7 +385,7 @@ def _ladder(model: ModelSpec, setup: TrainingSetup, n: int, per_node: int, nodes
         rungs.append(_Rung("fsdp+offload-all", fsdp=True, offload="all"))
     rungs.append(_Rung("zero3+offload-optimizer", zero=3, offload="optimizer"))
     rungs.append(_Rung("zero3+offload-all", zero=3, offload="all"))
-    return tuple(r for r in rungs if _allowed_by_pins(r, pins))
+    return tuple(dict.fromkeys(r for r in rungs if _allowed_by_pins(r, pins)))
 
 
 def _checkpointing_order(rungs: list[_Rung], setup: TrainingSetup) -> list[tuple[_Rung, bool]]:
@@ -369,6 +426,10 @@ def _allowed_by_pins(rung: _Rung, pins: Pins) -> bool:
         return False
     if pins.tensor_parallel is not None and rung.tp != pins.tensor_parallel:
         return False
+    if pins.pipeline_parallel is not None and rung.pp != pins.pipeline_parallel:
+        return False
+    if pins.context_parallel is not None and rung.cp != pins.context_parallel:
+        return False
     if pins.offload is not None and rung.offload != pins.offload:
         return False
     return True
@@ -377,7 +438,8 @@ def _allowed_by_pins(rung: _Rung, pins: Pins) -> bool:
 def _setup_for(setup: TrainingSetup, rung: _Rung, n: int, grad_checkpointing: bool) -> TrainingSetup:
     return setup.model_copy(update={
         "gpus": n, "zero": rung.zero, "fsdp": rung.fsdp, "tensor_parallel": rung.tp,
-        "pipeline_parallel": rung.pp, "offload": rung.offload,
+        "pipeline_parallel": rung.pp, "context_parallel": rung.cp, "offload": rung.offload,
+        "virtual_stages": setup.virtual_stages if rung.pp > 1 else 1,
         "grad_checkpointing": grad_checkpointing if setup.trains else None,
     })
 
@@ -388,6 +450,9 @@ def layout_setup(setup: TrainingSetup, layout: Layout) -> TrainingSetup:
     return setup.model_copy(update={
         "gpus": layout.total_gpus, "zero": layout.zero, "fsdp": layout.fsdp,
         "tensor_parallel": layout.tensor_parallel, "pipeline_parallel": layout.pipeline_parallel,
+        "context_parallel": layout.context_parallel, "virtual_stages": layout.virtual_stages,
+        "sequence_parallel": layout.sequence_parallel or setup.sequence_parallel,
+        "recompute": layout.recompute, "activation_offload": layout.activation_offload, "compile": layout.compile,
         "offload": layout.offload, "micro_batch": layout.micro_batch, "precision": layout.precision,
         "grad_checkpointing": layout.grad_checkpointing if setup.trains else None,
         "flash_attention": layout.attention != "eager",
@@ -477,8 +542,12 @@ def _climb(model: ModelSpec, setup: TrainingSetup, runtime: Runtime, shape: Node
         layout = Layout(
             gpu=shape.gpu.id, gpus_per_node=shape.gpus_per_node, nodes=shape.nodes,
             strategy=rung.strategy, zero=rung.zero, fsdp=rung.fsdp, tensor_parallel=rung.tp,
-            pipeline_parallel=rung.pp, offload=rung.offload, micro_batch=runs.micro_batch,  # type: ignore[arg-type]
-            grad_checkpointing=checkpointing, precision=runs.precision, attention=runtime.attention,
+            pipeline_parallel=rung.pp, context_parallel=rung.cp, virtual_stages=trial.virtual_stages,
+            sequence_parallel=rung.tp > 1 and runs.sequence_parallel,
+            offload=rung.offload, micro_batch=runs.micro_batch,  # type: ignore[arg-type]
+            grad_checkpointing=checkpointing, recompute=runs.recompute,
+            activation_offload=runs.activation_offload and runs.trains, compile=runs.compile,
+            precision=runs.precision, attention=runtime.attention,
             **link_fields(shape),
             required_gb_per_gpu=round(required, 2), gpu_memory_gb=round(capacity, 1),
             notes=list(dict.fromkeys(notes)), plan_notes=list(dict.fromkeys(plan_notes)),

@@ -133,6 +133,7 @@ class _Bytes:
     backward_gathered: float = 0.0  # parameters left unsharded by the end of backward (frozen FSDP units)
     grads_in_forward: bool = True  # gradient accumulation: earlier micro-steps' gradients live through forward
     cpu_offload: float = 0.0
+    activations_offloaded: float = 0.0  # the part of cpu_offload that is saved activations (per micro-batch)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -190,6 +191,13 @@ def _uses_deepspeed(setup: TrainingSetup) -> bool:
 
 def _sharded(setup: TrainingSetup) -> bool:
     return setup.zero == 3 or setup.fsdp
+
+
+def shard_group(setup: TrainingSetup) -> int:
+    """GPUs that ZeRO/FSDP shard states over: the data-parallel replicas times the context-parallel
+    group, which holds identical parameters (Megatron-LM's distributed optimizer shards over
+    data x context parallel ranks; torchtitan applies FSDP over its dp_shard x cp mesh)."""
+    return setup.data_parallel * setup.context_parallel
 
 
 # --- parameter counts ------------------------------------------------------------------------------
@@ -303,9 +311,9 @@ def _shard_or_offload(resident: float, setup: TrainingSetup, out: _Bytes) -> flo
     if setup.offload == "all":
         # Each rank offloads only its own shard (ZeRO-3 partitions before offload_param; FSDP
         # shards, then CPUOffload moves the shard).
-        out.cpu_offload += resident / setup.data_parallel
+        out.cpu_offload += resident / shard_group(setup)
         return 0.0
-    return resident / setup.data_parallel
+    return resident / shard_group(setup)
 
 
 def _inference_weights(model: ModelSpec, setup: TrainingSetup) -> float:
@@ -344,11 +352,11 @@ def _gathered_bytes(model: ModelSpec, setup: TrainingSetup, bytes_per_param: flo
         root = (model.embedding_params + model.lm_head_params + model.hidden) / setup.tensor_parallel
         gathered += root * max(bytes_per_param, 2)
         out.notes.append("FSDP: the root unit (embeddings, lm_head) stays gathered from forward to backward")
-    if setup.offload == "all" and setup.data_parallel > 1:
+    if setup.offload == "all" and shard_group(setup) > 1:
         # CPU offload copies a unit's shard to the GPU before its all-gather (torch FSDP CPUOffload;
         # FSDP2 CPUOffloadPolicy, pytorch/pytorch#120256: "one H2D copy for each parameter before
         # all-gather"): the two gathered blocks' shards.
-        gathered += 2 * block * bytes_per_param / setup.data_parallel
+        gathered += 2 * block * bytes_per_param / shard_group(setup)
     if trainable:
         gathered += block * 2  # the block's unsharded 16-bit gradient before reduce-scatter
     return gathered
@@ -367,7 +375,7 @@ def _gradients_and_optimizer(model: ModelSpec, setup: TrainingSetup, prec: _Prec
     if not setup.trains:
         return
     T = trainable_params(model, setup) / (setup.tensor_parallel * setup.pipeline_parallel)
-    dp = setup.data_parallel
+    dp = shard_group(setup)
     adapters = setup.mode in ("lora", "qlora")
     if adapters:
         # PEFT keeps adapters in fp32 (no separate master); pure-16-bit stacks keep them in bf16.
@@ -422,7 +430,7 @@ def _gradients_and_optimizer(model: ModelSpec, setup: TrainingSetup, prec: _Prec
 
 
 def _layer_activation_bytes(model: ModelSpec, setup: TrainingSetup, act: float) -> float:
-    """Saved activations of one decoder layer, per sequence token-batch, in bytes.
+    """Saved activations of one decoder layer on one GPU, in bytes.
 
     Derived for pre-norm blocks in the spirit of Korthikanti et al. 2022 Table 2 (element counts
     from the tensors autograd saves):
@@ -431,38 +439,85 @@ def _layer_activation_bytes(model: ModelSpec, setup: TrainingSetup, act: float) 
     - gated MLP (SwiGLU/GeGLU): gate and up outputs, the activation output and the product
       entering `down`: 4f; plain MLP: the first linear's output and the activation output: 2f
     For Llama-2-7B this is ~37.5*s*b*h at 16 bits, close to Korthikanti's 34 for GPT blocks.
+    Tensor parallel splits the attention and MLP tensors over its group; the norm tensors only
+    with sequence parallel (Korthikanti Table 2: 10 + 24/t without, 34/t with it). Context
+    parallel gives each GPU s/cp of every sequence.
     """
     h, f = model.hidden, model.intermediate
-    elems = 4 * h + 2 * model.q_dim + 2 * model.kv_dim
-    elems += (4 * f if model.mlp_gated else 2 * f) * max(1, model.experts_per_token)
-    per_token = elems * act
-    s, b = setup.seq_len, setup.micro_batch
+    split = 2 * model.q_dim + 2 * model.kv_dim
+    split += (4 * f if model.mlp_gated else 2 * f) * max(1, model.experts_per_token)
+    tp = setup.tensor_parallel
+    norms_tp = tp if setup.sequence_parallel else 1
+    per_token = (4 * h / norms_tp + split / tp) * act
+    s, b = setup.seq_len / setup.context_parallel, setup.micro_batch
     total = s * b * per_token
-    a = model.heads
+    a = model.heads / tp
     if setup.flash_attention:
         total += FLASH_LSE_BYTES * a * s * b
     else:
-        total += ATTN_SCORE_BYTES * a * s * s * b * (act / 2)
-    return total / setup.tensor_parallel
+        # scores of this GPU's s/cp queries against the whole sequence
+        total += ATTN_SCORE_BYTES * a * s * setup.seq_len * b * (act / 2)
+    return total
+
+
+def _layer_input_bytes(model: ModelSpec, setup: TrainingSetup, act: float) -> float:
+    """One layer's input (what full checkpointing keeps per layer): s/cp x b x h 16-bit elements,
+    split over the TP group only with sequence parallel."""
+    tp = setup.tensor_parallel if setup.sequence_parallel else 1
+    return setup.seq_len / setup.context_parallel * setup.micro_batch * model.hidden * (act / 2) * 2 / tp
+
+
+def pipeline_in_flight(setup: TrainingSetup) -> float:
+    """Micro-batches whose activations the first pipeline stage holds, in units of its own layers.
+
+    1F1B: the first stage holds `pp` micro-batches in flight (Narayanan et al. 2021, arXiv:2104.04473
+    §2.2), so its activation memory equals an unsplit model's. Interleaved 1F1B with v chunks per
+    GPU holds (1 + (p-1)/(p v)) times that (Korthikanti et al. 2022, arXiv:2205.05198 §4.2.3).
+    """
+    p, v = setup.pipeline_parallel, setup.virtual_stages
+    if p == 1:
+        return 1.0
+    return p * (1.0 + (p - 1) / (p * v)) if v > 1 else float(p)
+
+
+# Selective checkpointing as torchtitan runs it by default (activation_checkpoint.mode =
+# "selective": every second layer checkpointed, or every second matmul output recomputed): about
+# half of each layer's saved tensors are kept and half of the forward is rerun
+# (torchtitan docs/activation_checkpointing; Liang et al. 2024, arXiv:2410.06511 §2.3).
+SELECTIVE_KEPT = 0.5
+# Activation offloading keeps the layers being computed on the GPU (the current one and the
+# prefetched next, forward and backward) and streams the rest to pinned host memory (torchtune
+# OffloadActivations; Megatron-Core --cpu-offloading-num-layers).
+OFFLOAD_RESIDENT_LAYERS = 2
 
 
 def _activations(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: _Bytes) -> None:
-    s, b, L = setup.seq_len, setup.micro_batch, model.layers
+    s, b, L = setup.seq_len / setup.context_parallel, setup.micro_batch, model.layers
     act = prec.act
     layers_here = L / setup.pipeline_parallel
     per_layer = _layer_activation_bytes(model, setup, act)
     if setup.mode == "qlora":
         per_layer += QLORA_SAVED_INPUT_BYTES * s * b * model.hidden / setup.tensor_parallel
-    if setup.grad_checkpointing is not False:  # None (not given) is counted as on; see TrainingSetup
+    layer_input = _layer_input_bytes(model, setup, act)
+    if setup.grad_checkpointing is not False and setup.recompute == "selective":
+        kept = SELECTIVE_KEPT * per_layer + (1 - SELECTIVE_KEPT) * layer_input
+        saved = layers_here * kept + per_layer
+        out.notes.append("selective checkpointing: about half of each layer's activations kept, the rest recomputed")
+    elif setup.grad_checkpointing is not False:  # None (not given) is counted as on; see TrainingSetup
         # Layer inputs kept for every layer; one layer rebuilt during backward, plus the gradient
         # flowing through it (same size as its input).
-        saved = layers_here * 2 * s * b * model.hidden * (act / 2) + per_layer
+        saved = layers_here * layer_input + per_layer
         out.notes.append("gradient checkpointing: layer inputs kept, one layer recomputed at a time")
     else:
         saved = layers_here * per_layer
-    # Pipeline parallelism (1F1B): the first stage holds `pp` micro-batches in flight, so its
-    # activation memory equals an unsplit model's (Narayanan et al. 2021, arXiv:2104.04473 §2.2).
-    saved *= setup.pipeline_parallel if setup.pipeline_parallel > 1 else 1
+    saved *= pipeline_in_flight(setup)
+    if setup.activation_offload:
+        resident = OFFLOAD_RESIDENT_LAYERS * per_layer
+        if saved > resident:
+            out.cpu_offload += saved - resident
+            out.activations_offloaded += saved - resident
+            saved = resident
+        out.notes.append("activation offloading: saved activations in pinned host memory, two layers on the GPU")
     out.activations += saved
     logit_bytes = 4 if setup.precision == "fp32" else 2
     loss_bytes = CHUNKED_LOSS_BYTES if setup.chunked_loss else LOSS_FP32_BYTES
@@ -516,6 +571,12 @@ def _breakdown(model: ModelSpec, setup: TrainingSetup, activation_scale: float =
         out.activations *= activation_scale
         out.logits *= activation_scale
     return out
+
+
+def offloaded_activation_bytes(model: ModelSpec, setup: TrainingSetup) -> float:
+    """Bytes of saved activations one GPU sends to host memory per micro-batch (and reads back in
+    backward) with activation offloading; 0 without it."""
+    return _breakdown(model, setup).activations_offloaded if setup.activation_offload and setup.trains else 0.0
 
 
 def model_states_gb(model: ModelSpec, setup: TrainingSetup) -> float:

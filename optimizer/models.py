@@ -233,6 +233,11 @@ Mode = Literal["full", "lora", "qlora", "inference"]
 Precision = Literal["bf16-mixed", "bf16-true", "fp16-mixed", "fp32", "fp8"]
 OptimizerName = Literal["adamw", "adamw-8bit", "paged-adamw", "sgd", "none"]
 Offload = Literal["none", "optimizer", "all"]
+# What gradient checkpointing recomputes: "full" reruns each layer's forward in backward (keeps
+# only layer inputs); "selective" keeps the matmul outputs and reruns the cheap ops around them
+# (PyTorch selective activation checkpointing as torchtitan runs it, Megatron-LM
+# --recompute-granularity selective; Korthikanti et al. 2022, arXiv:2205.05198 §5).
+Recompute = Literal["full", "selective"]
 Quant = Literal["none", "nf4", "int8", "int4"]
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "lm_head")
@@ -276,6 +281,23 @@ class TrainingSetup(BaseModel):
     grad_accumulation: bool = True
     tensor_parallel: int = Field(1, gt=0)
     pipeline_parallel: int = Field(1, gt=0)
+    # Megatron-style layout knobs (Narayanan et al. 2021; Korthikanti et al. 2022; torchtitan,
+    # arXiv:2410.06511): sequence parallel splits the norm/dropout activations over the TP group
+    # (no extra traffic: the all-reduce becomes reduce-scatter + all-gather); context parallel
+    # splits every sequence over `context_parallel` GPUs (ring attention); `virtual_stages` > 1 is
+    # the interleaved 1F1B pipeline schedule (each GPU holds that many chunks of layers).
+    sequence_parallel: bool = True
+    context_parallel: int = Field(1, gt=0)
+    virtual_stages: int = Field(1, gt=0)
+    # Tokens per optimizer step over all GPUs (global batch x seq_len); None: the default in
+    # timing.py. Only the pipeline bubble and the per-step work (optimizer, gradient reduce) read it.
+    tokens_per_step: float | None = Field(None, gt=0)
+    recompute: Recompute = "full"
+    # Saved activations moved to host memory during forward and back for backward (torchtitan /
+    # torchtune activation offloading, Megatron --cpu-offloading-activations).
+    activation_offload: bool = False
+    # torch.compile (or an equally fusing stack): elementwise kernels fused, fewer launches.
+    compile: bool = False
     quant: Quant = "none"
     double_quant: bool = True
     # Chunked (torchtune CEWithChunkedOutputLoss) or fused (Liger, unsloth) cross-entropy: the
@@ -312,16 +334,22 @@ class TrainingSetup(BaseModel):
             raise ValueError("qlora keeps a 4-bit base with 16-bit compute; fp32 precision does not apply")
         if self.zero and self.fsdp:
             raise ValueError("choose either --zero N or --fsdp, not both")
-        parallel = self.tensor_parallel * self.pipeline_parallel
+        parallel = self.tensor_parallel * self.pipeline_parallel * self.context_parallel
         if self.gpus % parallel:
-            raise ValueError(f"--gpus {self.gpus} is not a multiple of tensor x pipeline parallel = {parallel}")
+            raise ValueError(f"--gpus {self.gpus} is not a multiple of tensor x pipeline x context parallel "
+                             f"= {parallel}")
+        if self.seq_len % self.context_parallel:
+            raise ValueError(f"--seq-len {self.seq_len} does not split evenly over --context-parallel "
+                             f"{self.context_parallel}")
+        if self.virtual_stages > 1 and self.pipeline_parallel == 1:
+            raise ValueError("--virtual-stages (interleaved pipeline) needs --pipeline-parallel > 1")
         if self.mode != "inference" and self.quant != "none" and self.mode != "qlora":
             raise ValueError("--quant applies to inference; use --mode qlora for a 4-bit base in training")
         return self
 
     @property
     def data_parallel(self) -> int:
-        return self.gpus // (self.tensor_parallel * self.pipeline_parallel)
+        return self.gpus // (self.tensor_parallel * self.pipeline_parallel * self.context_parallel)
 
     @property
     def trains(self) -> bool:
@@ -569,9 +597,15 @@ class Layout(BaseModel):
     fsdp: bool = False
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
+    context_parallel: int = 1
+    sequence_parallel: bool = False  # with tensor_parallel > 1 (TrainingSetup.sequence_parallel)
+    virtual_stages: int = 1  # interleaved 1F1B when > 1
     offload: Offload = "none"
     micro_batch: int = 1
     grad_checkpointing: bool = True  # activation recomputation on (costs one more forward)
+    recompute: Recompute = "full"  # what checkpointing reruns, when it is on
+    activation_offload: bool = False
+    compile: bool = False
     precision: str = "bf16-mixed"  # what actually runs on this GPU (TrainingSetup.precision values)
     attention: str = "flash-attention-2"  # the attention kernel that runs: flash-attention-2|3, sdpa, eager
     # How the GPUs talk, for the communication cost of the parallel layout (timing.py):
@@ -591,7 +625,7 @@ class Layout(BaseModel):
 
     @property
     def data_parallel(self) -> int:
-        return self.total_gpus // (self.tensor_parallel * self.pipeline_parallel)
+        return self.total_gpus // (self.tensor_parallel * self.pipeline_parallel * self.context_parallel)
 
 
 RejectReason = Literal[

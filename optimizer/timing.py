@@ -38,8 +38,15 @@ from rentopt.optimizer.feasibility import (
     Pins,
     default_interconnect,
     find_layout,
+    layout_setup,
 )
-from rentopt.optimizer.memory import NF4_BITS, NF4_DQ_BITS, trainable_params
+from rentopt.optimizer.memory import (
+    NF4_BITS,
+    NF4_DQ_BITS,
+    SELECTIVE_KEPT,
+    offloaded_activation_bytes,
+    trainable_params,
+)
 from rentopt.optimizer.models import GpuSpec, Layout, ModelSpec, TrainingSetup
 
 # --- measured hardware ceilings ----------------------------------------------------------------
@@ -57,6 +64,22 @@ MAMF_EFFICIENCY: dict[str, float] = {
     "MI250X-128GB": 0.767, "MI300X-192GB": 0.601, "MI325X-256GB": 0.601,
 }
 MAMF_DEFAULT = 0.822  # A100 PCIe: the middle of the measured NVIDIA parts
+# fp8 (e4m3, per-tensor scales, torch._scaled_mm) / dense fp8 peak, own measurement on one H200
+# SXM (2026-12-04, torch 2.11.0+cu130; tests/data/device/h200-2026-12-04.json): 1,476-1,493
+# TFLOP/s on 8k-16k square shapes of 1,979 = 0.75, where bf16 reached 799-804 of 989 = 0.81 (the
+# H100's 0.80 above). Hopper parts take it; others their bf16 figure times the same 0.75/0.81.
+FP8_MAMF_EFFICIENCY: dict[str, float] = {
+    "H100-SXM-80GB": 0.753, "H200-SXM-141GB": 0.753, "H800-SXM-80GB": 0.753, "H20-96GB": 0.753,
+}
+FP8_OVER_BF16_EFFICIENCY = 0.753 / 0.812
+
+
+def matmul_efficiency(gpu: GpuSpec, precision: str) -> float:
+    """Achievable share of the card's dense peak for large GEMMs in `precision` (measured)."""
+    bf16 = MAMF_EFFICIENCY.get(gpu.id, MAMF_DEFAULT)
+    if precision == "fp8" and gpu.fp8_tflops:
+        return FP8_MAMF_EFFICIENCY.get(gpu.id, bf16 * FP8_OVER_BF16_EFFICIENCY)
+    return bf16
 # Achievable fraction of spec memory bandwidth for streaming kernels: NVIDIA's copy benchmarks
 # and BabelStream reach ~80-90 % of the data-sheet figure on A100/H100; we take the low end.
 HBM_EFFICIENCY = 0.80
@@ -94,6 +117,22 @@ GRAD_WIRE_BYTES = {"ddp": 4.0, "sharded": 2.0}
 # 2048), the order of published fine-tuning recipes (Alpaca 128 x 512, torchtune/axolotl 64-128
 # x 2048). Only the optimizer step and pipeline bubble depend on it.
 DEFAULT_TOKENS_PER_STEP = 2**18
+# A pipelined layout is a pretraining-scale run: its recipes step on ~1M tokens and more
+# (NeMo/Megatron-Bridge Llama 3 recipes: global batch 128 x 8192 tokens for 8B and 70B, 512 x 8192
+# for 405B; Llama 3 pretraining 4M-16M tokens per step, arXiv:2407.21783 §3.4).
+DEFAULT_PIPELINE_TOKENS_PER_STEP = 2**20
+# Pipeline stages pass each micro-batch's activations (forward) and their gradients (backward)
+# point to point: s x b x h 16-bit elements per boundary, split over TP with sequence parallel.
+PP_P2P_PASSES = 2
+# Context parallel (ring attention): each GPU receives the K and V of the other cp-1 chunks in
+# forward, and K, V, dK and dV in backward: 3 x the forward's bytes (Liu et al. 2023, arXiv:
+# 2310.01889; Megatron-Core context parallelism docs). The ring overlaps with attention compute.
+CP_RING_PASSES = 3.0
+# torch.compile fuses the elementwise kernels around the matmuls and cuts launches: torchtitan's
+# Llama 3.1 8B on 8 x H100 gains ~16 % tokens/s from compile alone (arXiv:2410.06511 Table 1),
+# which this model reproduces with ~half the memory-bound traffic and half the launch overhead.
+COMPILE_ELEMENTWISE = 0.5
+COMPILE_LAUNCH = 0.5
 
 
 @dataclass(frozen=True)
@@ -272,44 +311,80 @@ def _collective_seconds(size: float, factor: float, group: int, per_node: int, n
     return t
 
 
+def _recompute_share(layout: Layout, knobs: Knobs) -> float:
+    """Share of the forward rerun in backward: 1 with full checkpointing, SELECTIVE_KEPT's
+    complement with selective, unless the run's own figure is given (knobs.recompute)."""
+    if knobs.recompute is not None:
+        return knobs.recompute
+    if not layout.grad_checkpointing:
+        return 0.0
+    return 1.0 - SELECTIVE_KEPT if layout.recompute == "selective" else 1.0
+
+
+def tokens_per_step(setup: TrainingSetup, layout: Layout, knobs: Knobs = Knobs()) -> float:
+    """Tokens per optimizer step over all GPUs: the run's (knobs), the user's (setup), else the
+    default for the kind of layout."""
+    return (knobs.tokens_per_step or setup.tokens_per_step
+            or (DEFAULT_PIPELINE_TOKENS_PER_STEP if layout.pipeline_parallel > 1 else DEFAULT_TOKENS_PER_STEP))
+
+
+def pipeline_bubble(pp: int, virtual_stages: int, micro_batches: float) -> float:
+    """Step-time factor of a pipeline's fill and drain: 1 + (p-1)/m for 1F1B with m micro-batches
+    per step, 1 + (p-1)/(m v) interleaved over v chunks per GPU (Narayanan et al. 2021,
+    arXiv:2104.04473 §2.2.1-2.2.2).
+
+    >>> pipeline_bubble(4, 1, 12)
+    1.25
+    >>> pipeline_bubble(4, 3, 12)
+    1.0833333333333333
+    """
+    if pp <= 1:
+        return 1.0
+    return 1.0 + (pp - 1) / (max(1.0, micro_batches) * max(1, virtual_stages))
+
+
 def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSpec,
               params: SpeedParams = FITTED, knobs: Knobs = Knobs(), *, single_gpu: bool = False) -> StepTime:
-    """Seconds per micro-batch per replica on `layout` (or on one GPU of it, `single_gpu`)."""
+    """Seconds per micro-batch per replica on `layout` (or on one GPU of it, `single_gpu`).
+
+    A replica is the tp x pp x cp GPUs that together process one micro-batch of b sequences;
+    each GPU multiplies its s/cp tokens by its 1/(tp pp) of the weights."""
     mode = setup.mode
     trains = mode in ("full", "lora", "qlora")
     tp = 1 if single_gpu else layout.tensor_parallel
     pp = 1 if single_gpu else layout.pipeline_parallel
+    cp = 1 if single_gpu else layout.context_parallel
     dp = 1 if single_gpu else layout.data_parallel
-    per_gpu = tp * pp
+    per_gpu = tp * pp  # weight split
     s, b = setup.seq_len, layout.micro_batch
-    m = b * s
-    r = 0.0
-    if trains:
-        r = (1.0 if layout.grad_checkpointing else 0.0) if knobs.recompute is None else knobs.recompute
+    m = b * s  # tokens per micro-batch of the replica
+    m_gpu = m / cp  # tokens each GPU of the replica multiplies
+    r = _recompute_share(layout, knobs) if trains else 0.0
     bwd = _backward_factor(mode) if trains else 0.0
     bw = gpu.memory_bandwidth_gbps * 1e9 * HBM_EFFICIENCY
     L, h = model.layers, model.hidden
     f = model.intermediate * model.experts_per_token
 
-    # matmuls: the GEMMs are (m tokens) x (hidden / tp) wide
+    # matmuls: the GEMMs are (m/cp tokens) x (hidden / tp) wide
     peak_mm = _peak(gpu, layout.precision, matmul=True)
-    eff = MAMF_EFFICIENCY.get(gpu.id, MAMF_DEFAULT)
-    eff *= m / (m + params.tokens_half) * (h / tp) / (h / tp + params.hidden_half)
+    eff = matmul_efficiency(gpu, layout.precision)
+    eff *= m_gpu / (m_gpu + params.tokens_half) * (h / tp) / (h / tp + params.hidden_half)
     mm_passes = 1.0 + bwd + r
     weights = matmul_params(model)
-    mm_flops = 2.0 * weights * m * mm_passes / per_gpu
+    mm_flops = 2.0 * weights * m_gpu * mm_passes / per_gpu
     # Roofline: every pass reads each weight once (2 bytes; 4-bit codes are unpacked to 16 bit
     # first), so a micro-batch of few tokens is bound by weight reads, not FLOPs.
     weight_reads = 2.0 * weights * mm_passes / per_gpu
-    t_mm = max(mm_flops / (peak_mm * eff), weight_reads / (gpu.memory_bandwidth_gbps * 1e9 * HBM_EFFICIENCY))
+    t_mm = max(mm_flops / (peak_mm * eff), weight_reads / bw)
 
-    # attention
-    attn_fwd = attention_flops_forward(model, s) * m / per_gpu
-    passes = 1.0 + (ATTN_BACKWARD_RATIO if trains else 0.0) + r
+    # attention: causal, balanced over the context-parallel ranks (each holds two mirrored chunks)
+    attn_fwd = attention_flops_forward(model, s) * m / (per_gpu * cp)
+    attn_recompute = r if (layout.recompute != "selective" or knobs.recompute is not None) else 0.0
+    passes = 1.0 + (ATTN_BACKWARD_RATIO if trains else 0.0) + attn_recompute
     peak16 = _peak(gpu, layout.precision, matmul=False)
     if layout.attention == "eager":
-        scores = model.heads * s * 2.0 * EAGER_SCORE_PASSES * L * m / per_gpu
-        matmuls = 1.0 + (2.0 if trains else 0.0) + r  # the two attention matmuls, backward 2x
+        scores = model.heads * s * 2.0 * EAGER_SCORE_PASSES * L * m / (per_gpu * cp)
+        matmuls = 1.0 + (2.0 if trains else 0.0) + attn_recompute  # the two attention matmuls, backward 2x
         t_attn = attn_fwd * matmuls / (peak16 * eff) + scores / bw
     else:
         rate = params.attn_hopper if _hopper_or_newer(gpu) else params.attn_ampere
@@ -320,8 +395,9 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
     # memory-bound work; a forward is ~1/3 of forward + backward traffic
     fwd_share = 1.0 / 3.0 if trains else 1.0
     work = (fwd_share * (1.0 + r) + (1.0 - fwd_share)) if trains else 1.0
-    elem = params.elem_bytes * (h + f) * m * L * work / per_gpu
-    loss = params.loss_bytes * model.vocab * m * work / tp
+    fused = COMPILE_ELEMENTWISE if layout.compile else 1.0
+    elem = params.elem_bytes * fused * (h + f) * m_gpu * L * work / per_gpu
+    loss = params.loss_bytes * model.vocab * m_gpu * work / tp
     dequant = 0.0
     if mode == "qlora":
         # every pass that multiplies by a frozen 4-bit weight unpacks it first
@@ -330,18 +406,19 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
     if layout.precision == "fp8":
         # Transformer Engine casts each linear's input (forward) and output grad (backward) to
         # fp8 (read 2 B, write 1 B) and each weight once per pass (3 B)
-        casts = 3.0 * (h + f) * 3.0 * m * L / per_gpu + 3.0 * model.block_linear_params / per_gpu * 2
+        casts = 3.0 * (h + f) * 3.0 * m_gpu * L / per_gpu + 3.0 * model.block_linear_params / per_gpu * 2
     t_mem = (elem + loss + dequant + casts) / bw
 
     # The CPU launches kernels ahead of the GPU; its time per layer (Python, autograd, hooks)
     # only shows when it exceeds the GPU's: small micro-batches of eager code are launch-bound.
     t_gpu = t_mm + t_attn + t_mem
-    t_cpu = L / pp * params.layer_overhead_s * (1.0 + r / 3.0)
+    launch = COMPILE_LAUNCH if layout.compile else 1.0
+    t_cpu = L / pp * params.layer_overhead_s * launch * (1.0 + r / 3.0)
     t_fw = max(0.0, t_cpu - t_gpu)
 
-    # data-parallel traffic per micro-batch (overlappable) and per optimizer step
-    tokens_per_step = knobs.tokens_per_step or DEFAULT_TOKENS_PER_STEP
-    accum = max(1.0, tokens_per_step / (m * dp))  # micro-batches per optimizer step per replica
+    # data-parallel traffic per micro-batch (overlappable) and per optimizer step; the context-
+    # parallel ranks hold the same weights, so states are sharded and gradients reduced over dp x cp
+    accum = max(1.0, tokens_per_step(setup, layout, knobs) / (m * dp))  # micro-batches per step per replica
     trainable = trainable_params(model, setup) if trains else 0
     total = model.total_params
     weight_bytes = 2.0
@@ -350,13 +427,15 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
         bits = NF4_DQ_BITS if setup.double_quant else NF4_BITS
         frozen = model.block_linear_params
         weight_bytes = (frozen * bits / 8 + (total - frozen) * 2.0) / total
-    per_node_dp = max(1, layout.gpus_per_node // tp)
-    nodes_dp = max(1, layout.nodes // pp)
+    group = dp * cp
+    per_node_group = max(1, layout.gpus_per_node // tp) if not single_gpu else 1
+    nodes_group = max(1, layout.nodes // pp) if not single_gpu else 1
     sharded = layout.zero == 3 or layout.fsdp
     ls = knobs.link_scale
     comm_mb, comm_step = 0.0, 0.0
-    if not single_gpu and trains and dp > 1:
-        coll = lambda size, factor: _collective_seconds(size, factor, dp, per_node_dp, nodes_dp, layout, gpu, ls)  # noqa: E731
+    if not single_gpu and trains and group > 1:
+        coll = lambda size, factor: _collective_seconds(size, factor, group, per_node_group, nodes_group,  # noqa: E731
+                                                        layout, gpu, ls)
         if sharded:
             gather = coll(weight_bytes * total / per_gpu, 1.0)
             comm_mb = 2 * gather + coll(GRAD_WIRE_BYTES["sharded"] * trainable / per_gpu, 1.0)
@@ -370,20 +449,45 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
     if not single_gpu and layout.offload == "all":
         # parameters stream from host memory for every forward and backward (FSDP CPU offload,
         # ZeRO-3 offload_param); gradients go back
-        comm_mb += (2 * weight_bytes * total / per_gpu / dp + 2.0 * trainable / per_gpu / dp) / host
+        comm_mb += (2 * weight_bytes * total / per_gpu / group + 2.0 * trainable / per_gpu / group) / host
+    if trains and layout.activation_offload:
+        # saved activations go to pinned host memory in forward and come back in backward, on
+        # copy streams beside the compute
+        comm_mb += 2.0 * offloaded_activation_bytes(model, layout_setup(setup, layout)) / host
 
     # tensor parallel: 2 all-reduces of the layer's activations forward, 2 backward, 2 more
-    # per recomputed forward (Megatron-LM, Narayanan et al. 2021 §3); not overlapped
+    # per recomputed forward (Megatron-LM, Narayanan et al. 2021 §3; with sequence parallel the
+    # same bytes as reduce-scatter + all-gather); not overlapped
     t_tp = 0.0
     if tp > 1:
-        act = m * h * 2.0
+        act = m_gpu * h * 2.0
         per_layer = (2.0 + (2.0 if trains else 0.0) + 2.0 * r)
         t_tp = L / pp * per_layer * _collective_seconds(act, 2.0, tp, tp, 1, layout, gpu, ls)
+
+    # context parallel: the ring of K/V chunks, hidden behind the attention it feeds
+    t_cp = 0.0
+    if cp > 1:
+        kv_bytes = m * 2 * model.kv_dim * 2.0 / tp * (cp - 1) / cp
+        passes_cp = (CP_RING_PASSES + (r if trains else 0.0)) if trains else 1.0
+        inside = tp * cp <= layout.gpus_per_node
+        bw_cp = (_intra_gbps(layout, gpu) if inside else
+                 (layout.fabric_gbps or MIN_FABRIC_GBPS) / 8 * LINK_EFFICIENCY["fabric"] / layout.gpus_per_node)
+        ring = L / pp * kv_bytes * passes_cp / (bw_cp * 1e9 * ls)
+        t_cp = max(0.0, ring - t_attn)
+
+    # pipeline: point-to-point activations between stages (per chunk boundary when interleaved)
+    if pp > 1:
+        v = layout.virtual_stages
+        p2p = m_gpu * h * 2.0 / (tp if layout.sequence_parallel else 1) * PP_P2P_PASSES * v
+        across = layout.nodes > 1
+        bw_pp = ((layout.fabric_gbps or MIN_FABRIC_GBPS) / 8 * LINK_EFFICIENCY["fabric"] / layout.gpus_per_node
+                 if across else _intra_gbps(layout, gpu))
+        comm_mb += p2p / (bw_pp * 1e9 * ls)
 
     # optimizer step, spread over the micro-batches of a step
     opt_bytes = OPTIMIZER_BYTES.get(setup.optimizer, 38.0) * trainable / per_gpu
     if sharded or layout.zero >= 1:
-        opt_bytes /= dp
+        opt_bytes /= group
     t_opt = 0.0
     t_offload_opt = 0.0
     if trains:
@@ -392,7 +496,7 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
             # and page in over PCIe for every step (bitsandbytes paged optimizers)
             t_opt = opt_bytes / host / accum
         elif layout.offload in ("optimizer", "all") and not single_gpu:
-            shard = trainable / per_gpu / (dp if (sharded or layout.zero >= 1) else 1)
+            shard = trainable / per_gpu / (group if (sharded or layout.zero >= 1) else 1)
             t_offload_opt = (shard * 4.0 / host  # grads down (fp32), params up (bf16)
                              + shard * OPTIMIZER_BYTES["adamw"] / (HOST_OPTIMIZER_GBPS * 1e9)) / accum
         else:
@@ -403,10 +507,10 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
     if knobs.tp_overlap:
         comm_mb, t_tp = comm_mb + t_tp, 0.0
     hidden = max(compute, comm_mb) + (1.0 - params.overlap) * min(compute, comm_mb)
-    bubble = 1.0 + (pp - 1) / accum if pp > 1 else 1.0
-    total_t = (hidden + t_tp + t_opt + t_offload_opt) * bubble
+    bubble = pipeline_bubble(pp, layout.virtual_stages, accum)
+    total_t = (hidden + t_tp + t_cp + t_opt + t_offload_opt) * bubble
     return StepTime(matmul=t_mm, attention=t_attn, memory_bound=t_mem, framework=t_fw,
-                    comm_hidden_or_not=comm_mb, comm_exposed=t_tp + t_offload_opt, optimizer=t_opt,
+                    comm_hidden_or_not=comm_mb, comm_exposed=t_tp + t_cp + t_offload_opt, optimizer=t_opt,
                     bubble_factor=bubble, total=total_t)
 
 

@@ -77,7 +77,9 @@ def record_model(r: dict) -> ModelSpec:
 
 def record_gpu(r: dict) -> GpuSpec:
     g = r["gpu"].split("(")[0]  # the name as written, not the record's commentary
-    for key, gid in (("H100", "H100-SXM-80GB"), ("4090", "RTX-4090-24GB"), ("3090", "RTX-3090-24GB"),
+    for key, gid in (("GB300", "GB300-NVL72-288GB"), ("GB200", "GB200-NVL72-186GB"), ("B200", "B200-SXM-180GB"),
+                     ("H200", "H200-SXM-141GB"),
+                     ("H100", "H100-SXM-80GB"), ("4090", "RTX-4090-24GB"), ("3090", "RTX-3090-24GB"),
                      ("A5000", "RTX-A5000-24GB"), ("6000 Ada", "RTX-6000-Ada-48GB"), ("A6000", "RTX-A6000-48GB")):
         if key in g:
             return get_gpu(gid)
@@ -100,7 +102,15 @@ def _targets(r: dict) -> str:
     return ",".join(found) or "all-linear"
 
 
+def _structured(r: dict) -> bool:
+    """Records that state their layout in fields (tp, pp, cp, vpp, activation_checkpointing, ...)."""
+    return r.get("tp") is not None
+
+
 def _grad_checkpointing(r: dict) -> bool:
+    ac = r.get("activation_checkpointing")
+    if ac is not None:
+        return ac in ("full", "selective")
     if r["grad_checkpointing"] is not None:
         return bool(r["grad_checkpointing"])
     # Megatron's benchmark runs selective (attention-core) recompute, which FlashAttention makes
@@ -122,8 +132,15 @@ def record_setup(r: dict) -> TrainingSetup:
     optimizer, in_backward = _optimizer(r)
     kw = dict(mode=mode, seq_len=r["seq_len"] or 2048, micro_batch=r["micro_batch"] or 1, gpus=r["num_gpus"] or 1,
               grad_checkpointing=_grad_checkpointing(r), flash_attention=r["flash_attention"] is not False,
-              precision="fp8" if "fp8" in r["precision"].lower() else "bf16-mixed",
+              precision="fp8" if r.get("fp8") or "fp8" in r["precision"].lower() else "bf16-mixed",
               optimizer=optimizer, optimizer_in_backward=in_backward)
+    if _structured(r):
+        kw.update(tensor_parallel=r["tp"] or 1, pipeline_parallel=r["pp"] or 1, context_parallel=r["cp"] or 1,
+                  virtual_stages=(r.get("vpp") or 1) if (r["pp"] or 1) > 1 else 1,
+                  sequence_parallel=bool(r.get("sequence_parallel")),
+                  recompute="selective" if r.get("activation_checkpointing") == "selective" else "full",
+                  activation_offload=r.get("activation_checkpointing") == "offload",
+                  compile=bool(r.get("compile")))
     if mode in ("lora", "qlora"):
         kw["lora_rank"] = r["lora_rank"] or 16
         kw["lora_targets"] = _targets(r)
@@ -133,6 +150,19 @@ def record_setup(r: dict) -> TrainingSetup:
 def _parallel(r: dict) -> dict:
     p = r["parallelism"].lower()
     out = dict(zero=0, fsdp=False, tensor_parallel=1, pipeline_parallel=1, offload="none", strategy="ddp")
+    if _structured(r):
+        tp, pp, cp = r["tp"] or 1, r["pp"] or 1, r["cp"] or 1
+        dp = (r["num_gpus"] or 1) // (tp * pp * cp)
+        out.update(tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp,
+                   virtual_stages=(r.get("vpp") or 1) if pp > 1 else 1,
+                   sequence_parallel=bool(r.get("sequence_parallel")) and tp > 1)
+        if r.get("fsdp"):
+            out.update(fsdp=True, strategy="fsdp")
+        elif dp * cp > 1 and ("distributed optimizer" in p or "zero" in p or tp * pp * cp > 1):
+            out.update(zero=1, strategy="zero1")  # Megatron-Core's distributed optimizer
+        if "cpu offload" in p:
+            out["offload"] = "all"
+        return out
     if m := re.search(r"tp=(\d+),\s*pp=(\d+)", p):
         out.update(tensor_parallel=int(m[1]), pipeline_parallel=int(m[2]), zero=1, strategy="tp+pp")
     elif "shard_grad_op" in p or "zero2" in p:
@@ -150,6 +180,10 @@ def _parallel(r: dict) -> dict:
 def record_layout(r: dict, setup: TrainingSetup, gpu: GpuSpec) -> Layout:
     n = r["num_gpus"] or 1
     nodes = r["num_nodes"] or 1
+    domain = getattr(gpu, "nvlink_domain_gpus", None)
+    if domain:  # GB200/GB300 NVL72: one NVLink domain across the rack's trays
+        per = min(n, domain)
+        nodes = max(1, n // per)
     text = (r["interconnect"] or "").lower()
     if gpu.form_factor == "SXM":
         link, gbps = "nvlink", gpu.nvlink_gbps
@@ -165,12 +199,15 @@ def record_layout(r: dict, setup: TrainingSetup, gpu: GpuSpec) -> Layout:
             fabric = ASSUMED_FABRIC_GBPS["Hopper" if "Hopper" in gpu.architecture else "Ampere"]
     par = _parallel(r)
     attention = "flash-attention-2" if setup.flash_attention else "eager"
-    if "megatron" in r["framework"].lower() and "Hopper" in gpu.architecture:
+    framework = r["framework"].lower()
+    if any(k in framework for k in ("megatron", "transformer engine", "te kernels")) \
+            and any(a in gpu.architecture for a in ("Hopper", "Blackwell")):
         # Megatron-Core runs Transformer Engine's fused (cuDNN) attention, Hopper-native like FA3
         attention = "flash-attention-3"
     return Layout(gpu=gpu.id, gpus_per_node=n // nodes, nodes=nodes, micro_batch=setup.micro_batch,
                   grad_checkpointing=setup.grad_checkpointing, precision=setup.precision,
-                  attention=attention,
+                  attention=attention, recompute=setup.recompute, activation_offload=setup.activation_offload,
+                  compile=setup.compile,
                   link=link, link_gbps=gbps, fabric_gbps=fabric, required_gb_per_gpu=0.0,
                   gpu_memory_gb=gpu.memory_gb, **par)
 
@@ -188,7 +225,7 @@ def record_knobs(r: dict, setup: TrainingSetup, layout: Layout) -> Knobs:
         tokens = per_replica * layout.data_parallel  # no accumulation stated: one micro-batch per step
     recompute = None
     ac = str(measured.get("activation_checkpointing", "")).lower()
-    if "selective" in ac:
+    if "selective" in ac and not _structured(r):
         # torchtitan: 'selective layer' checkpoints every second block; 'selective op' saves the
         # matmul outputs except every second one: either way about half the forward is rerun.
         recompute = 0.5

@@ -939,12 +939,16 @@ class PlanBill:
         """Ranking: the known total, then fully priced before a plan with unknown charges."""
         return (self.total, bool(self.unknown))
 
-    def line_items(self) -> dict[str, Decimal]:
-        items = dict.fromkeys(("compute", "storage_running", "storage_stopped", "egress", "ingress"), Decimal(0))
+    def line_items(self) -> dict[str, Decimal | None]:
+        """Each kind's cost over the stages; None when any part of it has no price: a sum of the
+        known part would read as the whole charge (a script adding up line items gets a bill
+        that looks exact)."""
+        items: dict[str, Decimal | None] = dict.fromkeys(
+            ("compute", "storage_running", "storage_stopped", "egress", "ingress"), Decimal(0))
         for s in self.stages:
             for ln in s.lines:
-                if ln.cost is not None:
-                    items[ln.what] += ln.cost
+                known = items[ln.what]
+                items[ln.what] = None if ln.cost is None or known is None else known + ln.cost
         return items
 
     def stage(self, kind: str) -> StageBill | None:

@@ -51,6 +51,7 @@ class Section:
     fetched_at: datetime
     source: str
     offers: int  # how many
+    dated_by: str = "published"  # models.DateBasis
 
 
 @dataclass
@@ -133,7 +134,7 @@ def encode(snapshot_raw: bytes) -> bytes:
             body += data or b""
         sections.append({"provider": section.provider, "plugin": section.plugin,
                          "fetched_at": timestamp(section.fetched_at), "source": section.source,
-                         "rows": len(section.offers), "columns": columns})
+                         "dated_by": section.dated_by, "rows": len(section.offers), "columns": columns})
     header = {"format": COLUMNS_FORMAT, "snapshot_sha256": hashlib.sha256(snapshot_raw).hexdigest(),
               "sections": sections}
     return gzip.compress(json.dumps(header, separators=(",", ":")).encode() + b"\n" + bytes(body), mtime=0)
@@ -152,7 +153,8 @@ def decode(raw: bytes, snapshot_raw: bytes) -> BundledColumns | None:
         sections, columns = [], {}
         for s in header["sections"]:
             when = parse_timestamp(s["fetched_at"])
-            sections.append(Section(s["provider"], s["plugin"], when, s["source"], int(s["rows"])))
+            sections.append(Section(s["provider"], s["plugin"], when, s["source"], int(s["rows"]),
+                                    s.get("dated_by", "published")))
             mine = columns[s["provider"]] = {}
             for name, encoding, offset, length, meta in s["columns"]:
                 data = None if offset is None else bytes(body[offset:offset + length])

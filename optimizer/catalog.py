@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import InputError, StoreError
-from rentopt.optimizer.models import Offer, Origin, PriceOrigin, PriceSource
+from rentopt.optimizer.models import UNKNOWN_DATE, DateBasis, Offer, Origin, PriceOrigin, PriceSource, date_rank, date_words
 from rentopt.optimizer.offers_io import age_words, hour_price, read_offers_file
 from rentopt.optimizer.store import HistorySnapshot, OfferQuery, open_readonly, store_path
 
@@ -70,6 +70,7 @@ class SnapshotProvider(BaseModel):
     offers: list[Offer]
     history: list[SnapshotHistory] = []
     note: str = ""
+    dated_by: DateBasis = "published"  # how fetched_at is known (models.DateBasis)
 
 
 class SnapshotFile(BaseModel):
@@ -103,15 +104,28 @@ class Provenance:
     origin: ProviderOrigin = "store"
     plugin: str | None = None
     why: str = ""  # why this origin was chosen over another one holding the same provider
+    dated_by: DateBasis = "published"  # "file-time", "unknown": every line says so
+
+    @property
+    def known_date(self) -> datetime | None:
+        """fetched_at, or None when the date is unknown."""
+        return None if self.dated_by == "unknown" else self.fetched_at
 
     def describe(self, now: datetime | None = None) -> str:
-        """One line: "gcp: SkyPilot catalog of 2026-05-20 (bundled snapshot), 195 days old"."""
+        """One line: "gcp: SkyPilot catalog of 2026-05-20 (bundled snapshot), 195 days old";
+        "..., dated by file time, 2 days old"; "...; date unknown"."""
         now = now or datetime.now(timezone.utc)
         where = {"store": "from the price store", "bundled": "from the bundled snapshot",
                  "sheet": "from your price sheet", "offers-file": "from the offers file"}[self.origin]
-        when = f"{self.fetched_at:%Y-%m-%d}" if self.fetched_at else ""
+        when = f"{self.known_date:%Y-%m-%d}" if self.known_date else ""
         source = self.source if when and when in self.source else f"{self.source}, prices of {when}" if when else self.source
-        old = f", {age_words(self.fetched_at, now)} old" if self.fetched_at else ""
+        if self.dated_by == "unknown":
+            old = "; date unknown" if "date unknown" not in source else ""
+        elif self.fetched_at:
+            by_file = ", dated by file time" if self.dated_by == "file-time" and "dated by file time" not in source else ""
+            old = f"{by_file}, {age_words(self.fetched_at, now)} old"
+        else:
+            old = ""
         text = f"{self.provider}: {source}; {where}{old}"
         if self.stale:
             text += f"; STALE: the last refresh failed ({self.last_error})"
@@ -285,6 +299,10 @@ class OfferSet:
     label: str  # one line for the top of every output
     notes: list[str] = field(default_factory=list)
     columns: StoreColumns | LazyRows | TableColumns | None = None  # lazy sets: every offer, as columns
+    # requested providers with no prices anywhere, each with the fix ("runpod: no prices in the
+    # store; `rentopt refresh --providers runpod` (RUNPOD_API_KEY), or ...")
+    missing: list[str] = field(default_factory=list)
+    empty_reason: str = ""  # `rentopt offers` with no rows: why
 
     def keys(self) -> list[tuple[str, str]]:
         """Every offer's (provider, offer id), the store's first."""
@@ -297,8 +315,8 @@ class OfferSet:
 
     def price_sources(self, now: datetime | None = None) -> list[PriceSource]:
         """The same per provider, as data (the quote's JSON `sources`)."""
-        return [PriceSource(provider=p.provider, source=p.source, fetched_at=p.fetched_at, origin=p.origin,
-                            stale=p.stale, line=p.describe(now))
+        return [PriceSource(provider=p.provider, source=p.source, fetched_at=p.known_date, origin=p.origin,
+                            stale=p.stale, dated_by=p.dated_by, line=p.describe(now))
                 for p in (self.provenance[name] for name in sorted(self.provenance))]
 
     def table(self) -> OfferTable:
@@ -358,6 +376,10 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
         offers, columns, chosen, sheet_notes = _gather(store, states, query, requested, lazy)
     oldest = min([o.fetched_at for o in offers] + ([when] if columns and (when := columns.oldest()) else []),
                  default=None)
+    if oldest == UNKNOWN_DATE:  # the oldest KNOWN date; providers of unknown date are named in the label
+        oldest = min((p.known_date for p in chosen.values() if p.known_date), default=None)
+    undated = sorted(p.provider for p in chosen.values() if p.dated_by == "unknown")
+    by_file = sorted(p.provider for p in chosen.values() if p.dated_by == "file-time")
     origins = {p.origin for p in chosen.values()}
     # the set's origin says where the quote's prices come from: a set of the user's own sheets
     # alone is neither the store nor the bundled snapshot (and `rentopt refresh` would not help)
@@ -368,7 +390,7 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
             notes.append(f"{p.provider}: the last refresh failed ({p.last_error}); showing its last good prices "
                          f"from {_when(p.fetched_at)}")
     if origins == {"bundled"}:
-        day = min((p.fetched_at for p in chosen.values() if p.fetched_at), default=None)
+        day = min((p.known_date for p in chosen.values() if p.known_date), default=None)
         label = f"bundled snapshot of published prices{f' (oldest {day:%Y-%m-%d})' if day else ''} " \
                 "(run `rentopt refresh` for current prices)"
     else:
@@ -376,11 +398,46 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
                  if any(p.origin == k for p in chosen.values())]
         label = (f"price store {store_path()}" if origins == {"store"} else
                  f"price sheets in {store_path().parent / 'sheets'}" if origins == {"sheet"} else
-                 f"providers from {', '.join(parts)}")
+                 f"providers from {', '.join(parts)}" if parts else
+                 "price store and bundled snapshot (none of the requested providers has prices)")
         label += f", prices as of {_when(oldest)}" if oldest else ""
         if any(p.stale for p in chosen.values()):
             label += " (some stale: see notes)"
-    return OfferSet(offers, origin, chosen, oldest, label, notes, columns=columns)
+    if undated:
+        label += f"; date unknown: {', '.join(undated)}"
+    if by_file:
+        label += f"; dated by file time: {', '.join(by_file)}"
+    missing = missing_providers(requested, chosen) if requested else []
+    return OfferSet(offers, origin, chosen, oldest, label, notes, columns=columns, missing=missing)
+
+
+def missing_providers(requested: Sequence[str], chosen: dict[str, Provenance]) -> list[str]:
+    """One line per requested provider that has no prices in the store, the bundled snapshot or
+    a sheet, with how to get them: its own plugin (and the key it needs), or SkyPilot's published
+    catalog when that carries the cloud. A plugin's name standing for its providers
+    (`--providers sheet`) is missing only when none of them has prices."""
+    lines = []
+    for name in requested:
+        if name in chosen or any(p.plugin == name for p in chosen.values()):
+            continue
+        lines.append(f"{name}: no prices in the store; {refresh_hint(name)}")
+    return lines
+
+
+def refresh_hint(name: str) -> str:
+    """How to get a provider's prices: "`rentopt refresh --providers runpod` (RUNPOD_API_KEY), or
+    `rentopt refresh` for the published catalog"."""
+    from rentopt.providers.base import load_providers
+    from rentopt.providers.skypilot import URL_CLOUDS
+
+    plugins = load_providers()[0]
+    ways = []
+    if name in plugins:
+        key = getattr(plugins[name], "key_env", None)
+        ways.append(f"`rentopt refresh --providers {name}`" + (f" ({key})" if key else ""))
+    if name in URL_CLOUDS:
+        ways.append("`rentopt refresh` for the published catalog (SkyPilot's, which carries it)")
+    return ", or ".join(ways) if ways else "`rentopt providers` lists what can deliver prices"
 
 
 def _gather(store: Any, states: list, query: OfferQuery, requested: list[str] | None, lazy: bool
@@ -469,7 +526,7 @@ class _Bundled:
 def _section(p: SnapshotProvider) -> Any:
     from rentopt.optimizer.bundled import Section
 
-    return Section(p.provider, p.plugin, p.fetched_at, p.source, len(p.offers))
+    return Section(p.provider, p.plugin, p.fetched_at, p.source, len(p.offers), p.dated_by)
 
 
 def _other_sources(states: list) -> tuple[_Bundled, dict[str, list[Offer]], list[str]]:
@@ -527,16 +584,21 @@ def _choose(states: Sequence, bundled: dict[str, Any], sheets: dict[str, list[Of
             chosen[name] = Provenance(name, max((o.fetched_at for o in mine), default=None),
                                       mine[0].source if mine else "price sheet", len(mine), origin="sheet",
                                       plugin="sheet", why=f"replaces the {' and '.join(replaced)}" if replaced else "")
-        elif state is not None and (section is None or state.fetched_at >= section.fetched_at):
-            why = f"newer than the bundled snapshot's of {section.fetched_at:%Y-%m-%d}" if section else ""
+        elif state is not None and (section is None or date_rank(state.dated_by, state.fetched_at)
+                                    >= date_rank(section.dated_by, section.fetched_at)):
+            why = f"newer than the bundled snapshot's of {date_words(section.fetched_at, section.dated_by, age=False)}" \
+                if section else ""
             chosen[name] = Provenance(name, state.fetched_at, state.source or "", state.offers_count, state.stale,
-                                      state.last_error, state.last_error_at, origin="store", plugin=state.plugin, why=why)
+                                      state.last_error, state.last_error_at, origin="store", plugin=state.plugin, why=why,
+                                      dated_by=state.dated_by)  # type: ignore[arg-type]
         elif section is not None:
             why = ""
             if state is not None:
-                why = f"newer than the price store's of {state.fetched_at:%Y-%m-%d}"
+                # a store's prices dated only by file time (or not at all) never replace known dates
+                why = (f"newer or better dated than the price store's of "
+                       f"{date_words(state.fetched_at, state.dated_by, age=False)}")
             chosen[name] = Provenance(name, section.fetched_at, section.source, section.offers, origin="bundled",
-                                      plugin=section.plugin, why=why)
+                                      plugin=section.plugin, why=why, dated_by=section.dated_by)
     return chosen
 
 
@@ -869,11 +931,38 @@ def sort_offers(offers: Sequence[Offer], key: SortKey = "price") -> list[Offer]:
 
 
 def find_offers(query: OfferQuery, *, offers_file: Path | None = None, sort: SortKey = "price",
-                limit: int | None = None) -> OfferSet:
-    """`rentopt offers`: the matching offers, sorted and cut to `limit`, with their provenance."""
-    found = load_offers(offers_file=offers_file, query=query)
+                limit: int | None = None, suspect: bool = False) -> OfferSet:
+    """`rentopt offers`: the matching offers, sorted and cut to `limit`, with their provenance.
+    `suspect`: only the suspect prices among them (optimizer/suspect.py), each offer's reason in
+    `extra["suspect"]`; suspect is judged against every provider's offers, not the matching ones."""
+    if suspect:
+        from rentopt.optimizer.suspect import suspect_offers
+
+        everything = load_offers(offers_file=offers_file)
+        found = load_offers(offers_file=offers_file, query=query)
+        reasons = suspect_offers(everything.offers)
+        found.offers = [o.model_copy(update={"extra": {**o.extra, "suspect": reasons[o.key]}})
+                        for o in found.offers if o.key in reasons]
+    else:
+        found = load_offers(offers_file=offers_file, query=query)
     matched = len(found.offers)
+    if not matched:
+        found.empty_reason = _why_empty(found, query, suspect)
     found.offers = sort_offers(found.offers, sort)[:limit]
     if len(found.offers) < matched:
         found.notes.append(f"showing {len(found.offers)} of {matched} matching offers; raise --limit to see more")
     return found
+
+
+def _why_empty(found: OfferSet, query: OfferQuery, suspect: bool) -> str:
+    """Why `rentopt offers` lists nothing: providers with no prices (and the fix), no suspect
+    price, or filters that leave nothing of the offers there are."""
+    if found.missing and not found.provenance:
+        return "No offers: " + "; ".join(found.missing)
+    if suspect:
+        return "No suspect price among the matching offers: none is under 1/5 of what the other providers ask."
+    held = sum(p.offers for p in found.provenance.values())
+    lines = [f"No offer matches these filters among {held} offers of {', '.join(sorted(found.provenance))}; "
+             "loosen them (see `rentopt offers --help`)."]
+    lines += [f"No offers: {m}" for m in found.missing]
+    return "\n".join(lines)

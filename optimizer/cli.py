@@ -432,6 +432,9 @@ _positive_decimal_option = _decimal_option(allow_zero=False, maximum=1e9)
 @click.option("--measured-on", "measured_on", metavar="SPEC",
               help="The layout the measurements were taken on (default: the --days reference).")
 @click.option("--explain", is_flag=True, help="List every rejected offer with the number that failed.")
+@click.option("--allow-suspect", is_flag=True,
+              help="Also plan with suspect prices (under 1/5 of what the other providers ask for the GPU; "
+                   "held out by default, listed by --explain and `rentopt offers --suspect`).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: float | None, days: Any,
                   on_spec: str | None, rent_days: Any, gpu_names: tuple[str, ...], exclude_gpus: tuple[str, ...],
@@ -439,7 +442,7 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
                   currency: str, fx_overrides: tuple[str, ...], validate_hours: Any, no_validate: bool, idle_days: Any,
                   keep_checkpoints: int, data_gb: Any, deadline_days: Any, budget: Any, top: int, spot: bool,
                   checkpoint_every: Any, measured_peak_gb: float | None, measured_tokens_per_second: float | None,
-                  measured_on: str | None, explain: bool, fmt: str, **kw: Any) -> None:
+                  measured_on: str | None, explain: bool, allow_suspect: bool, fmt: str, **kw: Any) -> None:
     """The cheapest way to run a training job, as whole-job plans priced line by line.
 
     \b
@@ -494,7 +497,7 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
         reference=parse_reference(on_spec) if on_spec else None, currency=currency.strip().upper(),
         validate_hours=None if no_validate else validate_hours, idle_days=idle_days,
         keep_checkpoints=keep_checkpoints, data_gb=data_gb, deadline_days=deadline_days, budget=budget,
-        top=top, spot=spot, checkpoint_every_hours=checkpoint_every, measured_peak_gb=measured_peak_gb,
+        top=top, spot=spot, allow_suspect=allow_suspect, checkpoint_every_hours=checkpoint_every, measured_peak_gb=measured_peak_gb,
         measured_tokens_per_second=measured_tokens_per_second,
         measured_on=parse_reference(measured_on) if measured_on else None, pins=pins, gpu_filter=gpu_filter,
         tokens_basis=basis,
@@ -736,11 +739,14 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
 @click.option("--sort", type=click.Choice(["price", "gpu", "provider", "memory"]), default="price", show_default=True,
               help="price: cheapest first within each currency; memory: most memory per GPU first.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many rows. Default: 50 for a table, all for json/csv.")
+@click.option("--suspect", is_flag=True,
+              help="Only suspect prices: under 1/5 of the median the other providers ask for the same GPU "
+                   "(quotes hold them out unless --allow-suspect), each with its numbers.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
               help="json (Offer objects) and csv read back with --offers-file.")
 def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float | None, providers: str | None,
                    max_price: Any, currency: str | None, spot: bool | None, region: str | None,
-                   offers_file: Path | None, sort: str, limit: int | None, fmt: str) -> None:
+                   offers_file: Path | None, sort: str, limit: int | None, suspect: bool, fmt: str) -> None:
     """List the offers behind the quotes, with price, currency and age of every price.
 
     \b
@@ -766,7 +772,8 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
         min_gpus=min_gpus, min_gpu_memory_gb=min_gpu_memory, spot=spot, region=region,
         currency=currency.strip().upper() if currency else None, max_hour_price=max_price,
     )
-    found = find_offers(query, offers_file=offers_file, sort=sort, limit=limit or (50 if fmt == "table" else None))
+    found = find_offers(query, offers_file=offers_file, sort=sort, limit=limit or (50 if fmt == "table" else None),
+                        suspect=suspect)
     if fmt != "table":
         click.echo(f"# {found.label}: {len(found.offers)} offers", err=True)
         for line in found.sources():
@@ -785,7 +792,7 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
     for note in found.notes:
         click.echo(f"note: {note}")
     if not found.offers:
-        click.echo("No offer matches these filters; loosen them (see `rentopt offers --help`).")
+        click.echo(found.empty_reason or "No offer matches these filters; loosen them (see `rentopt offers --help`).")
         return
     rows = offer_table_rows(found.offers, datetime.now(timezone.utc))
     click.echo(tabulate(rows, headers=OFFER_TABLE_HEADERS, disable_numparse=True))

@@ -426,6 +426,40 @@ class PriceOption(BaseModel):
 
 
 Interconnect = Literal["nvlink", "pcie", "unknown"]
+# How a price's date is known (the date its publisher read it, never the day rentopt read it):
+# "published": the source says it (a catalog folder named YYYY-MM-DD, the git commit of the
+# file's last change, an HTTP Last-Modified, a live API read now, a sheet's `read_on`);
+# "file-time": only the file's modification time, which a copy resets (every output says
+# "dated by file time"); "unknown": nothing says it (every output says "date unknown"), and
+# `fetched_at` holds UNKNOWN_DATE, older than any real date, so an unknown date never passes
+# for a fresh one.
+DateBasis = Literal["published", "file-time", "unknown"]
+UNKNOWN_DATE = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# Which dating wins when two sets of prices of one provider meet: a stronger basis, then the
+# newer date. An import never replaces prices of a stronger basis, or of a newer date.
+DATE_STRENGTH: dict[str, int] = {"unknown": 0, "file-time": 1, "published": 2}
+
+
+def date_rank(dated_by: str | None, when: datetime | None) -> tuple[int, datetime]:
+    """Sort key of a dated set of prices (see DATE_STRENGTH)."""
+    return (DATE_STRENGTH.get(dated_by or "published", 2), when or UNKNOWN_DATE)
+
+
+def date_words(when: datetime | None, dated_by: str | None, now: datetime | None = None, *, age: bool = True) -> str:
+    """ "2026-05-20, 196 days old", "2026-12-03 (dated by file time), under 1 h old", "date unknown".
+
+    >>> t = datetime(2026, 5, 20, tzinfo=timezone.utc)
+    >>> date_words(t, "published", datetime(2026, 5, 22, tzinfo=timezone.utc))
+    '2026-05-20, 2 days old'
+    >>> date_words(t, "file-time", age=False), date_words(UNKNOWN_DATE, "unknown")
+    ('2026-05-20 (dated by file time)', 'date unknown')
+    """
+    from rentopt.optimizer.offers_io import age_words
+
+    if when is None or dated_by == "unknown":
+        return "date unknown"
+    text = f"{when:%Y-%m-%d}" + (" (dated by file time)" if dated_by == "file-time" else "")
+    return f"{text}, {age_words(when, now or datetime.now(timezone.utc))} old" if age else text
 Fabric = Literal["infiniband", "roce", "ethernet"]
 Origin = Literal["store", "bundled", "sheet", "offers-file"]  # an offer set's: "sheet" when only the user's own sheets
 PriceOrigin = Literal["store", "bundled", "sheet", "offers-file"]  # one provider's: a user's sheet too
@@ -472,6 +506,7 @@ class Offer(BaseModel):
     currency: str = Field(pattern=r"^[A-Z]{3}$")
     fetched_at: datetime
     source: str
+    dated_by: DateBasis = "published"  # how fetched_at is known (DateBasis)
     extra: dict[str, Any] = {}
 
     @field_validator("fetched_at")
@@ -485,6 +520,8 @@ class Offer(BaseModel):
     def _spot(self) -> Offer:
         if self.spot and any(not p.interruptible for p in self.price_options):
             raise ValueError("a spot offer has only interruptible price options")
+        if self.dated_by == "unknown" and self.fetched_at != UNKNOWN_DATE:
+            self.fetched_at = UNKNOWN_DATE  # no date at all, never the day it was read
         return self
 
     @property
@@ -630,7 +667,7 @@ class Layout(BaseModel):
 
 RejectReason = Literal[
     "memory", "capability", "interconnect", "fabric", "gpu", "price", "availability", "max_duration",
-    "deadline", "budget", "currency", "dominated",
+    "deadline", "budget", "currency", "dominated", "suspect",
 ]
 REJECT_REASONS = frozenset(get_args(RejectReason))
 
@@ -682,11 +719,14 @@ class PlanStage(BaseModel):
 
 
 class LineItems(BaseModel):
-    compute: Decimal = Decimal(0)
-    storage_running: Decimal = Decimal(0)
-    storage_stopped: Decimal = Decimal(0)
-    egress: Decimal = Decimal(0)
-    ingress: Decimal = Decimal(0)
+    """A plan's cost per kind; None (JSON null) when any part of that kind has no known price:
+    the plan lists it under unknown_charges, and it is never counted as 0."""
+
+    compute: Decimal | None = Decimal(0)
+    storage_running: Decimal | None = Decimal(0)
+    storage_stopped: Decimal | None = Decimal(0)
+    egress: Decimal | None = Decimal(0)
+    ingress: Decimal | None = Decimal(0)
 
 
 class PriceSource(BaseModel):
@@ -697,6 +737,7 @@ class PriceSource(BaseModel):
     fetched_at: datetime | None
     origin: PriceOrigin
     stale: bool = False
+    dated_by: DateBasis = "published"  # "unknown": fetched_at is null
     line: str = ""  # the same in one sentence: "gcp: SkyPilot catalog of 2026-05-20; from the bundled snapshot, 195 days old"
 
 
@@ -757,4 +798,5 @@ class Quote(BaseModel):
     memory: MemoryEstimate | None = None
     assumptions: list[str] = []
     sources: list[PriceSource] = []  # every provider the quote read, with where its prices come from
+    missing_providers: list[str] = []  # requested providers with no prices, each with the fix
     source_notes: list[str] = []  # stale providers, sheets that could not be read, ...

@@ -605,5 +605,6 @@ def offer_table_rows(offers: Iterable[Offer], now: datetime) -> list[list[str]]:
         rows.append([o.provider, o.offer_id, gpu, str(o.gpus), f"{o.gpu_memory_gb:g}", o.interconnect,
                      o.region or "", "yes" if o.spot else "no",
                      "?" if price is None else money(price),
-                     o.currency, age(o.fetched_at, now)])
+                     o.currency, "unknown" if o.dated_by == "unknown" else
+                     age(o.fetched_at, now) + (" (file time)" if o.dated_by == "file-time" else "")])
     return rows

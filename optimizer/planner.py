@@ -223,6 +223,7 @@ class QuoteRequest:
     budget: Decimal | None = None
     top: int = 5
     spot: bool = False
+    allow_suspect: bool = False  # plan with suspect prices too (optimizer/suspect.py)
     checkpoint_every_hours: Decimal = Decimal(1)  # seed 000: at least hourly if an hour is all you can lose
     measured_peak_gb: float | None = None
     measured_tokens_per_second: float | None = None
@@ -851,6 +852,15 @@ class _Planner:
                     if why is not None:
                         ok[at] = False
                         self.rejected.add(at, "gpu", why)
+        if not req.allow_suspect:
+            # a price far below every other seller of the GPU is held out (optimizer/suspect.py)
+            from rentopt.optimizer.suspect import suspect_rows
+
+            found = {r: s for r, s in suspect_rows(t).items() if ok[r] and s.kind in kinds}
+            if found:
+                rows = np.array(sorted(found), dtype=np.int64)
+                ok[rows] = False
+                self.rejected.add(rows, "suspect", lambda i: found[int(rows[i])].reason(t.gpu[int(rows[i])] or "this GPU"))
         unpriced = ok & ~has
         self.rejected.add(np.flatnonzero(unpriced & t.spot), "price",
                           "spot-only offer: add --spot to consider interruptible prices")
@@ -1425,13 +1435,15 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     dated = [(o.currency, o.fetched_at) for o in used]
     assumptions += fx.old_rate_warnings(dated, req.currency)
     return Quote(
-        currency=req.currency, prices_as_of=min(o.fetched_at for o in used), price_origin=offers.origin,
+        currency=req.currency, price_origin=offers.origin,
+        # the oldest KNOWN date: an offer of unknown date has none (its source line says so)
+        prices_as_of=min((o.fetched_at for o in used if o.dated_by != "unknown"), default=None),
         work=Work(tokens=planned.work.tokens, basis=planned.work.basis,
                   deadline_hours=planned.work.deadline_hours),
         fx=fx.rates_used(dated, to_ccy=req.currency), plans=plans,
         rejected=rejections(planned) if list_rejected else [], rejected_count=len(planned.rejections),
         memory=prep.train_memory, assumptions=assumptions,
-        sources=offers.price_sources(), source_notes=list(offers.notes),
+        sources=offers.price_sources(), source_notes=list(offers.notes), missing_providers=list(offers.missing),
     )
 
 
@@ -1510,7 +1522,8 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
     prices = []
     for o in {o.key: o for o in chosen}.values():
         prov = offers.provenance.get(o.provider)
-        prices.append(PriceSource(provider=o.provider, source=o.source, fetched_at=o.fetched_at,
+        prices.append(PriceSource(provider=o.provider, source=o.source,
+                                  fetched_at=None if o.dated_by == "unknown" else o.fetched_at, dated_by=o.dated_by,
                                   origin=prov.origin if prov else offers.origin, stale=bool(prov and prov.stale)))
     total_low, total_high = _range_totals(bill, planned, t)
     tokens = Decimal(str(t.tokens)) if t.tokens is not None else None

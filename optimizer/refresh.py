@@ -61,6 +61,7 @@ class ProviderResult:
     plugin: str | None = None  # the plugin that fetched it, when not the provider itself
     source: str | None = None
     fetched_at: datetime | None = None
+    dated_by: str = "published"  # how fetched_at is known (models.DateBasis)
     # Lines of the plugin's run the user must see: each rejected price (the first few), each
     # broken price sheet (file, line, field). Shown once per plugin run.
     problems: list[str] = field(default_factory=list)
@@ -185,9 +186,11 @@ def _store_outcome(store, plugin, outcome, requested: bool) -> list[ProviderResu
         offers = groups[name]
         source, fetched_at = outcome.provider_sources.get(
             name, (plugin.base_url(), outcome.fetched_at or datetime.now(timezone.utc)))
+        dated_by = offers[0].dated_by if offers else "published"
         result = ProviderResult(name, "ok", plugin=plugin.name, had_prices=had, source=source, fetched_at=fetched_at,
-                                **base)
-        if keeper := newer_elsewhere(state, plugin.name, fetched_at):
+                                dated_by=dated_by, **base)
+        if keeper := newer_elsewhere(state, plugin.name, fetched_at, dated_by) or \
+                better_dated(state, fetched_at, dated_by, source):
             result.status, result.error = "kept", keeper
         else:
             try:
@@ -229,17 +232,43 @@ def _problems(plugin, outcome) -> list[str]:
     return lines
 
 
-def newer_elsewhere(state, plugin: str, fetched_at: datetime) -> str | None:
+def newer_elsewhere(state, plugin: str, fetched_at: datetime, dated_by: str = "published") -> str | None:
     """Why a provider's new data is NOT stored: another plugin's current data for the same
-    provider is newer. One provider's offers always come from one plugin's snapshot (never a
-    mix); between two plugins the newer data wins, on equal dates the provider's own plugin (its
-    direct API: `vast` over SkyPilot's vast rows), and the refresh summary says which stayed."""
+    provider is newer, or better dated (models.DATE_STRENGTH). One provider's offers always come
+    from one plugin's snapshot (never a mix); between two plugins the newer data wins, on equal
+    dates the provider's own plugin (its direct API: `vast` over SkyPilot's vast rows), and the
+    refresh summary says which stayed."""
+    from rentopt.optimizer.models import date_rank
+
     if state is None or not state.has_data or (state.plugin or state.name) == plugin or state.fetched_at is None:
         return None
-    if fetched_at > state.fetched_at or (fetched_at == state.fetched_at and plugin == state.name):
+    mine, theirs = date_rank(dated_by, fetched_at), date_rank(state.dated_by, state.fetched_at)
+    if mine > theirs or (mine == theirs and plugin == state.name):
         return None
-    return (f"kept {state.plugin or state.name}'s prices of {state.fetched_at:%Y-%m-%d %H:%M} UTC "
-            f"(newer than {plugin}'s of {fetched_at:%Y-%m-%d %H:%M} UTC)")
+    return (f"kept {state.plugin or state.name}'s prices of {_stamp(state.fetched_at, state.dated_by)} "
+            f"(newer or better dated than {plugin}'s of {_stamp(fetched_at, dated_by)})")
+
+
+def better_dated(state, fetched_at: datetime, dated_by: str, source: str | None) -> str | None:
+    """Why new prices do NOT replace the stored ones of the same plugin: those have a known date
+    and the new ones a weaker (file time, unknown) or older one. A catalog copied into a folder
+    not named by its date must not pass for new and replace newer prices."""
+    from rentopt.optimizer.models import DATE_STRENGTH, date_rank
+
+    if state is None or not state.has_data or state.fetched_at is None or DATE_STRENGTH[state.dated_by] == 0:
+        return None
+    if date_rank(dated_by, fetched_at) >= date_rank(state.dated_by, state.fetched_at):
+        return None
+    why = "its date is weaker" if DATE_STRENGTH[dated_by] < DATE_STRENGTH[state.dated_by] else "they are older"
+    fix = " (name the catalog's folder YYYY-MM-DD to date it)" if dated_by == "file-time" else ""
+    return (f"kept the stored prices of {_stamp(state.fetched_at, state.dated_by)}: the new ones "
+            f"({_stamp(fetched_at, dated_by)}) do not replace them, {why}{fix}")
+
+
+def _stamp(when: datetime, dated_by: str) -> str:
+    if dated_by == "unknown":
+        return "unknown date"
+    return f"{when:%Y-%m-%d %H:%M} UTC" + (" (dated by file time)" if dated_by == "file-time" else "")
 
 
 def run_import(source: str, *, transport=None, now: datetime | None = None, settings=None) -> RefreshReport:
@@ -248,6 +277,7 @@ def run_import(source: str, *, transport=None, now: datetime | None = None, sett
     winning (a provider whose stored prices are as new or newer keeps them), its history added.
     A bad provider section loses only that provider; a file that is not a snapshot changes nothing."""
     from rentopt.optimizer.catalog import parse_snapshot_sections
+    from rentopt.optimizer.models import date_rank
 
     started = time.perf_counter()
     raw = _read_source(source, transport, settings)
@@ -262,13 +292,16 @@ def run_import(source: str, *, transport=None, now: datetime | None = None, sett
                                           had_prices=had, plugin="import"))
         for section in snapshot.providers:
             state = states.get(section.provider)
+            dated_by = section.dated_by
             result = ProviderResult(section.provider, "ok", True, plugin=section.plugin, source=section.source,
-                                    fetched_at=section.fetched_at, had_prices=bool(state and state.has_data))
+                                    fetched_at=section.fetched_at, had_prices=bool(state and state.has_data),
+                                    dated_by=dated_by)
             if state is not None and state.has_data and state.fetched_at is not None \
-                    and state.fetched_at >= section.fetched_at:
+                    and date_rank(state.dated_by, state.fetched_at) >= date_rank(dated_by, section.fetched_at):
                 result.status = "kept"
-                result.error = (f"kept the stored prices of {state.fetched_at:%Y-%m-%d %H:%M} UTC "
-                                f"({state.plugin or state.name}; as new as or newer than the file's)")
+                result.error = (f"kept the stored prices of {_stamp(state.fetched_at, state.dated_by)} "
+                                f"({state.plugin or state.name}; as new as or newer or better dated than the file's, "
+                                f"{_stamp(section.fetched_at, dated_by)})")
             else:
                 try:
                     diff = store.write_snapshot(section.provider, section.offers, plugin=section.plugin,

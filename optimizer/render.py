@@ -13,6 +13,7 @@ from typing import Any
 
 from rentopt.optimizer.feasibility import Fit
 from rentopt.optimizer.models import MemoryEstimate, ModelSpec, Plan, PlanStage, Quote, TrainingSetup
+from rentopt.optimizer.models import date_words
 from rentopt.optimizer.offers_io import age_words
 from rentopt.optimizer.timing import LayoutSpeed
 
@@ -201,8 +202,11 @@ def number(d: Decimal, places: int = 2) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def cost_text(amount: Decimal, unknown: Sequence[str], currency: str) -> str:
-    """A stage or plan amount: the known part, and 'unknown' for what has no published price."""
+def cost_text(amount: Decimal | None, unknown: Sequence[str], currency: str) -> str:
+    """A stage or plan amount: the known part, and 'unknown' for what has no published price
+    (an amount None is wholly unknown: a line item with an unpriced part)."""
+    if amount is None:
+        return "unknown"
     if not unknown:
         return money(amount, currency)
     return f"{money(amount, currency)} + unknown" if amount else "unknown"
@@ -276,6 +280,7 @@ def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = N
 
     out: list[str] = []
     out.append(_prices_line(quote, now))
+    out += [f"NO PRICES for {line}" for line in quote.missing_providers]
     for fx in quote.fx:
         out.append(f"exchange rate: 1 USD = {fx.per_usd} {fx.currency} (as of {fx.as_of}; {fx.source})")
     if quote.work is not None:
@@ -292,7 +297,8 @@ def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = N
         if plan.idle_alternative:
             out.append(f"alternative for the gap: {plan.idle_alternative}")
         for p in plan.prices:
-            out.append(f"prices: {p.provider} via {p.origin} ({p.source}), {age(p.fetched_at, now)}"
+            out.append(f"prices: {p.provider} via {p.origin} ({p.source}), "
+                       f"{date_words(p.fetched_at, p.dated_by, now) if p.dated_by != 'published' else age(p.fetched_at, now)}"
                        + (" - STALE" if p.stale else ""))
         for n in plan.notes:
             out.append(f"note: {n}")
@@ -317,7 +323,12 @@ def _prices_line(quote: Quote, now: datetime | None) -> str:
               "sheet": "your own price sheets", "offers-file": "the offers file"}[quote.price_origin]
     when = f" as of {quote.prices_as_of:%Y-%m-%d %H:%M} UTC ({age(quote.prices_as_of, now)})" if quote.prices_as_of else ""
     hint = " - run `rentopt refresh` for current prices" if quote.price_origin == "bundled" else ""
-    return f"Prices from {origin}{when}{hint}. Amounts in {quote.currency}."
+    # "as of" is the oldest KNOWN date: prices of unknown date, or dated only by a file's time, are named
+    undated = [s.provider for s in quote.sources if s.dated_by == "unknown"]
+    by_file = [s.provider for s in quote.sources if s.dated_by == "file-time"]
+    dates = "".join(f"; {what}: {', '.join(names)}" for what, names in
+                    (("date unknown", undated), ("dated by file time", by_file)) if names)
+    return f"Prices from {origin}{when}{dates}{hint}. Amounts in {quote.currency}."
 
 
 def quote_markdown(quote: Quote, now: datetime | None = None, job: str = "") -> str:

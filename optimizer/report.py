@@ -708,8 +708,13 @@ def _fx_lines(report: Report) -> list[str]:
 
 
 def _line_item_total(plan: Plan, key: str) -> Decimal:
-    """The known part of one line item; `_unknown_items` says which items have an unknown part."""
-    return getattr(plan.line_items, key)
+    """The known part of one line item; `_unknown_items` says which items have an unknown part
+    (the plan's own line_items hold null for those)."""
+    whole = getattr(plan.line_items, key)
+    if whole is not None:
+        return whole
+    return sum((line.cost for st in plan.stages for line in st.billing if line.what == key and line.cost is not None),
+               Decimal(0))
 
 
 def _unknown_items(plan: Plan) -> set[str]:
@@ -1105,7 +1110,8 @@ def _job_json(row: JobRow) -> dict:
         return {"provider": row.provider, "feasible": False, "reason": row.reason}
     t = row.train
     return {"provider": row.provider, "feasible": True, "total": _dec(row.plan.total),
-            "line_items": {k: _dec(_line_item_total(row.plan, k)) for k, _ in LINE_ITEMS},
+            "line_items": {k: None if getattr(row.plan.line_items, k) is None else _dec(_line_item_total(row.plan, k))
+                           for k, _ in LINE_ITEMS},
             "unknown_charges": list(row.plan.unknown_charges),
             "unknown_line_items": [k for k, _ in LINE_ITEMS if k in _unknown_items(row.plan)],
             "gpu": t.gpu if t else None, "gpus": t.gpus if t else None, "nodes": t.nodes if t else None,

@@ -210,6 +210,7 @@ class ProviderState:
     last_error: str | None
     last_error_at: datetime | None
     plugin: str | None = None  # the plugin that delivered the current snapshot
+    dated_by: str = "published"  # how the current snapshot's date is known (models.DateBasis)
 
     @property
     def has_data(self) -> bool:
@@ -867,16 +868,20 @@ class Store:
 
     def providers(self) -> list[ProviderState]:
         """Every provider the store holds or has tried (retired ones left out), by name."""
+        # how a snapshot's date is known rides in its summary (no schema change): a store written
+        # before it was recorded holds dates its plugins read from their sources
         sql = """SELECT p.name, p.offers_count, s.fetched_at, s.source, p.last_attempt_at,
-                        p.last_success_at, p.last_error, p.last_error_at, p.plugin
+                        p.last_success_at, p.last_error, p.last_error_at, p.plugin,
+                        json_extract(s.summary, '$.dated_by')
                  FROM providers p LEFT JOIN snapshots s ON s.id = p.snapshot_id
                  WHERE p.retired = 0 ORDER BY p.name"""
         with _sql_errors(self.path):
             rows = self.db.execute(sql).fetchall()
         return [
             ProviderState(name, count, parse_timestamp(fetched), source, parse_timestamp(attempt),
-                          parse_timestamp(success), error, parse_timestamp(error_at), plugin)
-            for name, count, fetched, source, attempt, success, error, error_at, plugin in rows
+                          parse_timestamp(success), error, parse_timestamp(error_at), plugin,
+                          dated_by if dated_by in ("published", "file-time", "unknown") else "published")
+            for name, count, fetched, source, attempt, success, error, error_at, plugin, dated_by in rows
         ]
 
     def plugins(self) -> list[PluginState]:
@@ -1068,7 +1073,8 @@ class Store:
                     changed.append(r[0])
             current = {r[0] for r in rows}
             removed = sorted(i for i in previous if i not in current)
-            record = {"new": len(new), "changed": len(changed), "removed": len(removed), **(summary or {})}
+            record = {"new": len(new), "changed": len(changed), "removed": len(removed),
+                      "dated_by": offers[0].dated_by if offers else "published", **(summary or {})}
             snapshot_id = self.db.execute(
                 "INSERT INTO snapshots (provider, plugin, fetched_at, stored_at, source, offers_count, summary)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",

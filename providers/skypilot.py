@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
+from rentopt.optimizer.models import UNKNOWN_DATE, DateBasis, Interconnect, Offer, PriceOption, PriceUnit
 from rentopt.optimizer.settings import settings
 from rentopt.providers import multinode
 from rentopt.providers.base import BillingRules, FetchContext, Provider, to_decimal
@@ -67,12 +68,19 @@ CATALOG_ENV = "RENTOPT_SKYPILOT_CATALOG"
 LOCAL_CATALOG = Path("~/.sky/catalogs/v8")
 # SkyPilot's hosted catalog (sky/catalog/common.py, `_CATALOG_URL`-style constant in its code).
 PUBLISHED_CATALOG = "https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v8"
-# Clouds looked for at a URL base (a directory is listed instead): the GPU clouds of the v8 catalog.
+# Clouds looked for at a URL base (a directory is listed instead): every GPU cloud SkyPilot's v8
+# catalog publishes (skypilot-org/skypilot-catalog, catalogs/v8/; azure and a few others kept for
+# mirrors of older layouts: a 404 is a cloud the catalog lacks, never a failure).
 # lambda first: a small file every v8 catalog has, asked alone to see whether the host answers.
-URL_CLOUDS = ("lambda", "aws", "azure", "gcp", "runpod", "vast", "nebius", "oci", "fluidstack", "cudo",
-              "paperspace", "hyperbolic", "do", "verda")
+URL_CLOUDS = ("lambda", "aws", "azure", "gcp", "runpod", "vast", "verda", "nebius", "hyperstack", "jarvislabs",
+              "lium", "mithril", "seeweb", "yotta", "hyperbolic", "oci", "fluidstack", "cudo", "paperspace", "do",
+              "shadeform", "primeintellect", "spheron", "daytona")
 _DATE_DIR = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_MIB = re.compile(r"'SizeInMiB':\s*([\d.]+)")
+# GpuInfo is a Python literal in most clouds' files ('SizeInMiB') and JSON in verda's
+# ("SizeInMiB"), and hyperstack's holds a JSON `null` no Python literal reader takes: read the two
+# fields rentopt needs with patterns that accept either quote.
+_MIB = re.compile(r"""["']SizeInMiB["']:\s*([\d.]+)""")
+_GPU_NAME = re.compile(r"""["']Name["']:\s*["']([^"']+)["']""")
 _GIB_PER_GB = Decimal("1.073741824")  # 1 GiB = 1.073741824 GB; per-GiB prices are divided by it
 
 REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region")
@@ -226,6 +234,53 @@ def _vast_gpu(instance: str, name: str) -> Gpu:
     return Gpu(raw, form, "nvlink" if form == "SXM" else "pcie" if form else "unknown")
 
 
+# The clouds of SkyPilot's catalog that write SkyPilot's bare names ("H100", "A100-80GB") with the
+# board's form, when given, in the instance type (nebius `gpu-h100-sxm_8gpu-...`, mithril
+# `a100-80gb.sxm.8x`, lium `H100-SXM_8x`) or in the name (hyperstack `H100-80G-SXM5`). A bare name
+# is read as SkyPilot reads it (hardware.normalise's sheet defaults: "H100" is the SXM card), with
+# status "default" and the other candidates named; names several cards share and no default
+# settles (RTX PRO 6000: Server, Workstation or Max-Q) stay unknown.
+BARE_NAME_CLOUDS = frozenset({"verda", "nebius", "hyperstack", "jarvislabs", "lium", "mithril", "seeweb", "yotta",
+                              "hyperbolic", "runpod", "aws", "oci", "fluidstack", "cudo", "paperspace", "do",
+                              "shadeform", "primeintellect", "spheron"})
+# Clouds whose GpuInfo `SizeInMiB` is the row's GPUs together, not one GPU: Vast (SkyPilot PR
+# #10421) and Verda (its API's `gpu_memory.size_in_gigabytes` is the instance total: 8x V100 16GB
+# says 128 GB, fixtures/datacrunch/instance_types.json; `2B300.60V` says 537600 MiB).
+MEMORY_IS_ROW_TOTAL = frozenset({"vast", "verda"})
+_FORM_TOKEN = re.compile(r"(?:^|[-_.\s])(sxm\d?|pcie)(?:$|[-_.\s])", re.IGNORECASE)
+# Verda's instance types, as its own API describes them (fixtures/datacrunch/instance_types.json):
+# `<n><model>[.<GB><S|P>].<vCPUs>V`, S an SXM board, P a PCIe card: "1H100.80S.30V" is
+# "1x H100 SXM5 80GB", "1A100.40P.16V" "1x A100 PCIe 40GB"; with no tag "1A100.22V" is
+# "A100 SXM4 80GB", "1B200.30V" "B200 SXM6 180GB", "2B300.60V" "B300 SXM6 268GB".
+_VERDA_TYPE = re.compile(r"^(?P<n>\d+)(?P<model>[A-Z0-9]+?)(?:\.(?P<gb>\d+)(?P<form>[SP]))?\.\d+[VM]$")
+VERDA_UNTAGGED_FORM = {"A100": "SXM", "B200": "SXM", "B300": "SXM"}
+# hyperstack's `-NVLink` cards are PCIe boards with NVLink bridges between PAIRS of cards
+# (NVIDIA A100/H100 PCIe datasheets: "NVLink Bridge for up to 2 GPUs"), not an NVSwitch across
+# the node: rentopt's "nvlink" means every GPU reaches every other at NVLink speed, so these are
+# PCIe between pairs, recorded in the offer's extra.
+_BRIDGED = re.compile(r"-NVLink$", re.IGNORECASE)
+
+
+def _named_gpu(cloud: str, instance: str, accelerator: str, gpu_info: str) -> tuple[Gpu, dict[str, Any]]:
+    """The GPU of a row of a cloud that writes bare names (BARE_NAME_CLOUDS), and notes for extra."""
+    notes: dict[str, Any] = {}
+    raw, form = accelerator, None
+    if cloud == "verda" and (m := _VERDA_TYPE.match(instance)):
+        form = {"S": "SXM", "P": "PCIe"}.get(m["form"] or "") or VERDA_UNTAGGED_FORM.get(m["model"])
+        # "A100-80GB-160GB": SkyPilot's Verda fetcher appends the instance's total memory
+        raw = re.sub(r"^(.*?-\d+GB)-\d+GB$", r"\1", accelerator)
+    if _BRIDGED.search(raw):
+        raw = _BRIDGED.sub("", raw)
+        notes["nvlink_bridge"] = "NVLink bridges join pairs of PCIe cards; the node's GPUs talk over PCIe"
+    if form is None and (m := _FORM_TOKEN.search(f"{instance} {raw}")):
+        form = "SXM" if m.group(1).lower().startswith("sxm") else "PCIe"
+    named = _info_name(gpu_info)
+    if named and named != raw and _normalised(named, None, form, True)[1] == "exact":
+        raw = named  # hyperbolic: 'NVIDIA-H100-80GB-HBM3' (HBM3 is the SXM part) where the column says "H100"
+    interconnect: Interconnect = "nvlink" if form == "SXM" else "pcie" if form == "PCIe" else "unknown"
+    return Gpu(raw, form, interconnect), notes
+
+
 # --------------------------------------------------------------------------------------------
 # The plugin
 
@@ -258,13 +313,13 @@ class SkyPilotProvider(Provider):
         if not files and not ctx.provider_errors:
             raise ctx.schema_error(f"no <cloud>/vms.csv found under {location}")
         offers: list[Offer] = []
-        for cloud, (text, fetched_at, source) in sorted(files.items()):
+        for cloud, (text, date, source) in sorted(files.items()):
             try:
-                mine = parse_catalog(ctx, cloud, text, fetched_at=fetched_at, source=source)
+                mine = parse_catalog(ctx, cloud, text, fetched_at=date.when, source=source, dated_by=date.dated_by)
             except CatalogError as exc:
                 ctx.provider_errors[cloud] = str(exc)
                 continue
-            ctx.provider_sources[cloud] = (source, fetched_at)
+            ctx.provider_sources[cloud] = (source, date.when)
             offers += mine
         if files and len(ctx.provider_errors) == len(files):
             # Not one usable file: not a catalog at all (an error page, a wrong URL).
@@ -280,17 +335,79 @@ def _is_url(location: str) -> bool:
     return location.startswith(("http://", "https://"))
 
 
-def catalog_date(path: Path) -> datetime:
-    """A `YYYY-MM-DD` directory above the file, else its modification time (UTC)."""
+@dataclass(frozen=True)
+class CatalogDate:
+    """When a cloud's file was read by its publisher, and how that is known (models.DateBasis)."""
+
+    when: datetime  # models.UNKNOWN_DATE when unknown
+    dated_by: DateBasis
+    how: str  # "folder name", "git commit 5738017 (the file's last change)", "file time", ...
+
+
+def catalog_date(path: Path) -> CatalogDate:
+    """The date of a catalog file, by the first rule that gives one:
+
+    1. a `YYYY-MM-DD` folder above it (`.../2026-05-20/gcp/vms.csv`);
+    2. the commit date of the file's last change, when it sits unchanged in a git checkout
+       (SkyPilot's catalog repository, or a mirror of it);
+    3. the file's modification time, said as such ("dated by file time": a copy resets it);
+    4. none: the date is unknown. Never today.
+    """
     for part in reversed(path.resolve().parts[:-1]):
         if _DATE_DIR.match(part):
-            return datetime.fromisoformat(part).replace(tzinfo=timezone.utc)
-    return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+            return CatalogDate(datetime.fromisoformat(part).replace(tzinfo=timezone.utc), "published", "folder name")
+    if (committed := _git_date(path)) is not None:
+        return committed
+    try:
+        stamp = path.stat().st_mtime
+    except OSError:
+        return CatalogDate(UNKNOWN_DATE, "unknown", "no date")
+    when = datetime.fromtimestamp(stamp, tz=timezone.utc)
+    if when > datetime.now(timezone.utc) or stamp <= 0:
+        return CatalogDate(UNKNOWN_DATE, "unknown", f"no date (its file time {when:%Y-%m-%d} cannot be right)")
+    return CatalogDate(when, "file-time", "file time")
 
 
-def describe_source(cloud: str, location: str, when: datetime) -> str:
-    """ "SkyPilot catalog of 2026-05-20 (gcp/vms.csv at <location>)": every offer's `source`."""
-    return f"SkyPilot catalog of {when:%Y-%m-%d} ({cloud}/vms.csv at {location})"
+def _git_date(path: Path) -> CatalogDate | None:
+    """The committer date of the last commit that changed `path`, if it is tracked and unchanged
+    since (a file edited after its commit is not that commit's content)."""
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None:
+        return None
+    folder, name = path.resolve().parent, path.name
+
+    def run(*args: str) -> str | None:
+        try:
+            done = subprocess.run([git, "-C", str(folder), *args], capture_output=True, text=True, timeout=10,
+                                  check=False, env={"GIT_OPTIONAL_LOCKS": "0", "PATH": os.environ.get("PATH", ""),
+                                                    "HOME": os.environ.get("HOME", "")})
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    if run("status", "--porcelain", "--", name) != "":  # not a checkout (None), or changed since its commit
+        return None
+    line = run("log", "-1", "--format=%h %cI", "--", name)
+    if not line:
+        return None  # untracked
+    commit, _, stamp = line.partition(" ")
+    try:
+        when = datetime.fromisoformat(stamp).astimezone(timezone.utc)
+    except ValueError:
+        return None
+    return CatalogDate(when, "published", f"git commit {commit}, the file's last change")
+
+
+def describe_source(cloud: str, location: str, date: CatalogDate) -> str:
+    """ "SkyPilot catalog of 2026-05-20 (gcp/vms.csv at <location>)": every offer's `source`, with
+    how its date is known when that is not the folder's name."""
+    how = "" if date.how == "folder name" else f"; dated by {date.how}"
+    if date.dated_by == "unknown":
+        return f"SkyPilot catalog, date unknown ({cloud}/vms.csv at {location}{how.replace('; dated by no date', '')})"
+    return f"SkyPilot catalog of {date.when:%Y-%m-%d} ({cloud}/vms.csv at {location}{how})"
 
 
 async def _read_dir(ctx: FetchContext, location: str) -> dict[str, tuple[str, datetime, str]]:
@@ -305,17 +422,17 @@ async def _read_dir(ctx: FetchContext, location: str) -> dict[str, tuple[str, da
         except (OSError, UnicodeDecodeError) as exc:
             ctx.provider_errors[cloud] = f"cannot read {path}: {exc}"
             continue
-        when = catalog_date(path)
-        found[cloud] = (text, when, describe_source(cloud, str(root), when))
+        date = catalog_date(path)
+        found[cloud] = (text, date, describe_source(cloud, str(root), date))
     return found
 
 
-async def _fetch_urls(ctx: FetchContext, base: str) -> dict[str, tuple[str, datetime, str]]:
+async def _fetch_urls(ctx: FetchContext, base: str) -> dict[str, tuple[str, CatalogDate, str]]:
     """Each cloud's file. The first cloud is asked alone: if it cannot be fetched after the
     retries, the host is down or refusing, so the plugin fails as a whole (every provider it
     delivered keeps its last good prices) without hammering it for every cloud. Then the rest at
-    once (two round trips, not fourteen); a 404 is a cloud this catalog does not have, any other
-    failure fails that cloud only."""
+    once (two round trips, not one per cloud); a 404 is a cloud this catalog does not have, any
+    other failure fails that cloud only. Each file is dated by `_url_date`."""
     import asyncio
 
     from rentopt.optimizer.errors import ProviderError
@@ -329,20 +446,52 @@ async def _fetch_urls(ctx: FetchContext, base: str) -> dict[str, tuple[str, date
     first = await one(URL_CLOUDS[0])
     if isinstance(first[1], ProviderError) and first[1].status != 404:
         raise ctx.error(f"{base}: {first[1].reason}")
-    found = {}
+    fetched = {}
     for cloud, result in [first, *await asyncio.gather(*(one(c) for c in URL_CLOUDS[1:]))]:
         if isinstance(result, ProviderError):
             if result.status != 404:  # a cloud the catalog does not carry is not a failure
                 ctx.provider_errors[cloud] = result.reason
             continue
-        when = ctx.fetched_at
-        if stamp := result.headers.get("Last-Modified"):
-            try:
-                when = parsedate_to_datetime(stamp).astimezone(timezone.utc)
-            except (TypeError, ValueError):
-                pass
-        found[cloud] = (result.text, when, describe_source(cloud, base, when))
-    return found
+        fetched[cloud] = result
+    dates = await asyncio.gather(*(_url_date(ctx, base, cloud, r) for cloud, r in fetched.items()))
+    return {cloud: (r.text, date, describe_source(cloud, base, date)) for (cloud, r), date in zip(fetched.items(), dates)}
+
+
+# GitHub's REST API: the commits that changed a path, newest first
+# (https://docs.github.com/en/rest/commits/commits#list-commits, `path`, `sha`, `per_page`).
+GITHUB_API = "https://api.github.com"
+_RAW_GITHUB = re.compile(r"^https://raw\.githubusercontent\.com/(?P<owner>[^/]+)/(?P<repo>[^/]+)/(?P<ref>[^/]+)/?(?P<dir>.*)$")
+
+
+async def _url_date(ctx: FetchContext, base: str, cloud: str, response: Any) -> CatalogDate:
+    """The date of a fetched file: its `Last-Modified`, else (a file in a GitHub repository,
+    as SkyPilot publishes its catalog) the commit date of the file's last change, asked of
+    GitHub's API; else unknown. Never the fetch time: the file may be months old."""
+    if stamp := response.headers.get("Last-Modified"):
+        try:
+            return CatalogDate(parsedate_to_datetime(stamp).astimezone(timezone.utc), "published", "its Last-Modified header")
+        except (TypeError, ValueError):
+            pass
+    m = _RAW_GITHUB.match(base)
+    header = response.text.split("\n", 1)[0]
+    if m is None or not all(c in header for c in REQUIRED_COLUMNS):  # not a catalog file: nothing to date
+        return CatalogDate(UNKNOWN_DATE, "unknown", "no date (the server gives none)")
+    if m is None:
+        return CatalogDate(UNKNOWN_DATE, "unknown", "no date (the server gives none)")
+    from rentopt.optimizer.errors import ProviderError
+
+    path = "/".join(p for p in (m["dir"].strip("/"), cloud, "vms.csv") if p)
+    url = f"{GITHUB_API}/repos/{m['owner']}/{m['repo']}/commits"
+    try:
+        commits = ctx.decode(await ctx.request("GET", url, auth=False, params={"path": path, "sha": m["ref"], "per_page": 1}))
+        commit = commits[0]
+        when = datetime.fromisoformat(str(commit["commit"]["committer"]["date"]).replace("Z", "+00:00"))
+        return CatalogDate(when.astimezone(timezone.utc), "published",
+                           f"git commit {str(commit['sha'])[:7]}, the file's last change")
+    except (ProviderError, LookupError, TypeError, ValueError):
+        return CatalogDate(UNKNOWN_DATE, "unknown", "no date (GitHub's API did not give the file's last commit)")
+    except Exception:  # noqa: BLE001 - dating is best effort: a failure leaves the date unknown, never the cloud
+        return CatalogDate(UNKNOWN_DATE, "unknown", "no date (GitHub's API could not be asked)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -386,7 +535,13 @@ def _count(text: str) -> float | None:
 
 def _memory_gib(gpu_info: str) -> float | None:
     m = _MIB.search(gpu_info or "")
-    return float(m.group(1)) / 1024 if m else None
+    return float(m.group(1)) / 1024 if m and float(m.group(1)) > 0 else None
+
+
+def _info_name(gpu_info: str) -> str | None:
+    """The GPU's name inside GpuInfo (hyperbolic writes the full board name there)."""
+    m = _GPU_NAME.search(gpu_info or "")
+    return m.group(1).strip() if m else None
 
 
 @dataclass
@@ -404,8 +559,10 @@ class _Row:
     generation: str | None = None
 
 
-def parse_catalog(ctx: FetchContext, cloud: str, text: str, *, fetched_at: datetime, source: str) -> list[Offer]:
-    """One cloud's vms.csv -> offers of provider `cloud`. CatalogError when the file is unusable."""
+def parse_catalog(ctx: FetchContext, cloud: str, text: str, *, fetched_at: datetime, source: str,
+                  dated_by: DateBasis = "published") -> list[Offer]:
+    """One cloud's vms.csv -> offers of provider `cloud`, dated `fetched_at` (how that is known:
+    `dated_by`). CatalogError when the file is unusable."""
     try:
         header, rows, bad = read_rows(text)
     except CatalogError:
@@ -413,10 +570,8 @@ def parse_catalog(ctx: FetchContext, cloud: str, text: str, *, fetched_at: datet
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise CatalogError(f"{cloud}/vms.csv is not a SkyPilot v8 catalog: it has no {', '.join(missing)} column")
-    if not text.endswith("\n"):
-        # SkyPilot writes every vms.csv with a final newline: a file without one was cut short,
-        # and its last row's last price may have lost digits.
-        raise CatalogError(f"{cloud}/vms.csv ends in the middle of a row: the download was cut short")
+    # A file with no final newline is read (yotta's has none: SkyPilot's fetchers write it so); a
+    # download cut inside a row leaves a row narrower than the header, which read_rows counts.
     col = {name: i for i, name in enumerate(header)}
     get = {name: col.get(name) for name in ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "SpotPrice",
                                             "Region", "AvailabilityZone", "GpuInfo", "vCPUs", "MemoryGiB", "Generation")}
@@ -444,7 +599,8 @@ def parse_catalog(ctx: FetchContext, cloud: str, text: str, *, fetched_at: datet
     if bad:
         ctx.skip(f"{cloud}: {bad} rows", "wrong number of fields")
     prices = _cloud_prices().get(cloud, UNKNOWN_CLOUD)
-    build = _Builder(ctx, cloud, prices, fetched_at, source)
+    build = _Builder(ctx, cloud, prices, fetched_at, source, placeholder_host=_placeholder_host(gpu_rows),
+                     dated_by=dated_by)
     if cloud == "gcp":
         offers = _gcp_offers(build, gpu_rows, hosts)
     else:
@@ -454,6 +610,13 @@ def parse_catalog(ctx: FetchContext, cloud: str, text: str, *, fetched_at: datet
         raise CatalogError(f"{cloud}/vms.csv: only {usable} of {len(gpu_rows)} GPU rows could be used; "
                            "the catalog's format has probably changed")
     return offers
+
+
+def _placeholder_host(rows: list[_Row]) -> bool:
+    """Whether the file gives every GPU row one host size although the rows' GPU counts differ
+    (Vast's 64 rows all say 32 vCPU / 64 GiB, from 1 to 8 GPUs): a placeholder, not a measurement."""
+    sizes = {(r.vcpus, r.memory_gib) for r in rows}
+    return len(rows) >= 3 and len(sizes) == 1 and len({r.count for r in rows}) > 1
 
 
 def _region(text: str) -> str:
@@ -474,8 +637,12 @@ def _row(row: list[str], field, accelerator: str) -> _Row:  # noqa: ANN001 - a l
 class _Builder:
     """Offers of one cloud: identifies the GPU and fills in the cloud's prices and rules."""
 
-    def __init__(self, ctx: FetchContext, cloud: str, prices: CloudPrices, fetched_at: datetime, source: str):
+    def __init__(self, ctx: FetchContext, cloud: str, prices: CloudPrices, fetched_at: datetime, source: str,
+                 placeholder_host: bool = False, dated_by: DateBasis = "published"):
         self.ctx, self.cloud, self.prices, self.fetched_at, self.source = ctx, cloud, prices, fetched_at, source
+        self.dated_by = dated_by
+        self.placeholder_host = placeholder_host
+        self.seen: set[str] = set()
         from rentopt.providers.azure import SIZES, is_rdma
 
         self.azure_sizes, self.is_rdma = SIZES, is_rdma
@@ -485,7 +652,12 @@ class _Builder:
         instance = instance or r.instance
         price = r.price if price is None and host is None else price
         spot = r.spot if spot is None and host is None else spot
-        row_id = f"{instance}/{r.zone or r.region}"
+        where = r.zone or r.region
+        row_id = f"{instance}/{where}" if where else instance  # seeweb leaves some regions empty
+        if row_id in self.seen:
+            self.ctx.skip(row_id, "the same instance type and region again in the file; its first row is kept")
+            return []
+        self.seen.add(row_id)
         if r.count <= 0:
             self.ctx.skip(row_id, f"accelerator count {r.count!r} is not a number of GPUs")
             return []
@@ -501,7 +673,20 @@ class _Builder:
             fields["extra"].update({"host_vm": host.instance, "host_price": _text(host.price),
                                     "host_spot_price": _text(host.spot), "gpu_price": _text(r.price),
                                     "gpu_spot_price": _text(r.spot)})
-        fields["host_ram_gb"] = round((host or r).memory_gib * float(_GIB_PER_GB), 1) if (host or r).memory_gib else None
+        sized = host or r
+        if self.placeholder_host and host is None:
+            # every GPU row of the file gives the same host size, whatever its GPU count: a
+            # placeholder (Vast's 32 vCPU / 64 GiB), not the host's RAM
+            fields["host_ram_gb"] = None
+            fields["extra"]["host_size"] = (f"unknown: every GPU row of {self.cloud}/vms.csv says {sized.vcpus:g} vCPU / "
+                                            f"{sized.memory_gib:g} GiB, a placeholder")
+        else:
+            fields["host_ram_gb"] = round(sized.memory_gib * float(_GIB_PER_GB), 1) if sized.memory_gib else None
+        if spot is not None and price is not None and spot >= price:
+            # Azure's H200 "spot" rows cost the on-demand price; mithril's too: no interruptible discount
+            # is no spot offer, and renting it as one would only add the risk of being stopped
+            self.ctx.skip(row_id + "/spot", f"its spot price {spot} is not below the on-demand {price}: not a spot offer")
+            spot = None
         out = []
         if price is not None:
             if offer := self._offer(row_id, r, gpu, fields, [PriceOption(unit=PriceUnit.HOUR, amount=price, label="on-demand")]):
@@ -546,18 +731,26 @@ class _Builder:
             if family is not None:
                 fields = multinode.apply(fields, multinode.AWS_FAMILIES.get(instance.split(".")[0]))
                 return Gpu(family.gpu_raw, None, family.interconnect, family.interconnect_gbps), fields
+        if self.cloud in BARE_NAME_CLOUDS:
+            gpu, notes = _named_gpu(self.cloud, instance, r.accelerator, r.gpu_info)
+            fields["extra"].update(notes)
+            return gpu, fields
         return Gpu(r.accelerator), fields
 
     def _offer(self, row_id: str, r: _Row, gpu: Gpu, fields: dict[str, Any], options: list[PriceOption],
                spot: bool = False) -> Offer | None:
         memory_gib = _memory_gib(r.gpu_info)
-        if self.cloud == "vast" and memory_gib and r.count > 1:
-            # Vast's rows give the memory of all the row's GPUs together ("2x-A100_SXM4" with
-            # 163840 MiB is two 80 GB cards; SkyPilot PR #10421); other clouds give it per GPU.
+        if self.cloud in MEMORY_IS_ROW_TOTAL and memory_gib and r.count > 1:
+            # Vast's and Verda's rows give the memory of all the row's GPUs together
+            # ("2x-A100_SXM4" with 163840 MiB is two 80 GB cards); other clouds give it per GPU.
             memory_gib /= r.count
-        gpu_id, status, memory = _normalised(gpu.raw, memory_gib, gpu.form)
+        if memory_gib is None and (m := re.search(r"(\d+)\s*GB\b", gpu.raw, re.IGNORECASE)):
+            memory_gib = float(m.group(1)) * 1e9 / 2**30  # seeweb: "RTX PRO 6000 96GB" with SizeInMiB 0
+        gpu_id, status, memory = _normalised(gpu.raw, memory_gib, gpu.form, self.cloud in BARE_NAME_CLOUDS)
         if gpu_id is None:
             self.ctx.unknown_gpus.add(gpu.raw)
+        elif gpu.interconnect == "unknown" and status in ("exact", "by_memory") and self.cloud in BARE_NAME_CLOUDS:
+            gpu = _board_link(gpu, gpu_id)
         if not memory:
             self.ctx.skip(row_id, f"GPU {gpu.raw!r} has no known memory size")
             return None
@@ -574,7 +767,7 @@ class _Builder:
             "storage_gb_month": prices.storage_gb_month, "egress_gb": prices.egress_gb, "ingress_gb": prices.ingress_gb,
             "billing_granularity_s": rules.granularity_s, "billing_minimum_s": rules.minimum_s,
             "month_hours": rules.month_hours, "stopped_bills": rules.stopped_pays, "currency": "USD",
-            "fetched_at": self.fetched_at, "source": self.source, "extra": extra,
+            "fetched_at": self.fetched_at, "dated_by": self.dated_by, "source": self.source, "extra": extra,
         }
         try:
             return Offer(**values)
@@ -584,13 +777,27 @@ class _Builder:
             return None
 
 
+def _board_link(gpu: Gpu, gpu_id: str) -> Gpu:
+    """A card the name identifies exactly links as its board does (feasibility's rule: SXM/OAM
+    parts with NVLink sit on an NVLink board, every other card talks over PCIe). A card read by a
+    default ("H100" taken as the SXM part) keeps an unknown link."""
+    from dataclasses import replace as replaced
+
+    from rentopt.optimizer.feasibility import default_interconnect
+    from rentopt.optimizer.hardware import get_gpu
+
+    return replaced(gpu, interconnect=default_interconnect(get_gpu(gpu_id)))
+
+
 @lru_cache(maxsize=512)
-def _normalised(raw: str, memory_gib: float | None, form: str | None) -> tuple[str | None, str, float | None]:
+def _normalised(raw: str, memory_gib: float | None, form: str | None,
+                bare_default: bool = False) -> tuple[str | None, str, float | None]:
     """(catalog id or None, match status, per-GPU memory GB): the catalog's memory for a known
-    GPU, else the catalog file's own figure."""
+    GPU, else the catalog file's own figure. `bare_default`: a bare name takes the catalog's
+    default reading (BARE_NAME_CLOUDS)."""
     from rentopt.optimizer.hardware import get_gpu, normalise
 
-    match = normalise(raw, memory_gib, form_factor_hint=form)
+    match = normalise(raw, memory_gib, form_factor_hint=form, sheet_defaults=bare_default)
     if match.gpu is not None:
         return match.gpu, match.status, get_gpu(match.gpu).memory_gb
     return None, match.status, round(memory_gib, 1) if memory_gib else None

@@ -33,6 +33,9 @@ def offer(provider: str, offer_id: str, price: str = "2.00", currency: str = "US
     return Offer(**values)
 
 
+MORE_CLOUDS = {"verda", "nebius", "hyperstack", "jarvislabs", "lium", "mithril", "seeweb", "yotta", "hyperbolic"}
+
+
 def bundled_providers() -> set[str]:
     return {p.provider for p in catalog.bundled_snapshot().providers}
 
@@ -44,10 +47,13 @@ def bundled_providers() -> set[str]:
 def test_without_a_store_the_bundled_snapshot_is_used_and_labelled(rentopt_home):
     found = load_offers()
     assert found.origin == "bundled"
-    assert found.label == ("bundled snapshot of published prices (oldest 2026-05-20) "
-                           "(run `rentopt refresh` for current prices)")
+    # the oldest KNOWN date is gcp's (its file last changed 2026-04-20: shared catalogs README);
+    # the nine clouds of skypilot-v8-more have no date, and the label names them
+    assert found.label == ("bundled snapshot of published prices (oldest 2026-04-20) "
+                           "(run `rentopt refresh` for current prices); date unknown: hyperbolic, hyperstack, "
+                           "jarvislabs, lium, mithril, nebius, seeweb, verda, yotta")
     assert len(found.offers) == len(catalog.bundled_snapshot().offers) > 1000
-    assert found.prices_as_of == min(o.fetched_at for o in found.offers)
+    assert found.prices_as_of == datetime(2026, 4, 20, tzinfo=timezone.utc)
     assert set(found.provenance) == bundled_providers()
     assert {p.origin for p in found.provenance.values()} == {"bundled"}
     assert not rentopt_home.exists()  # reading never creates the store
@@ -58,13 +64,24 @@ def test_the_bundled_snapshot_holds_published_prices_only():
     sections = {p.provider: p for p in snapshot.providers}
     # SkyPilot's catalog for four clouds and the two sheets with sourced prices; NexGPU's
     # placeholder prices contribute nothing, and no recorded test fixture ships.
-    assert set(sections) == {"gcp", "azure", "lambda", "vast", "jygpu", "autodl"}
-    for cloud in ("gcp", "azure", "lambda", "vast"):
+    assert set(sections) == {"gcp", "azure", "lambda", "vast", "jygpu", "autodl", *MORE_CLOUDS}
+    # each cloud dated by its file's last change in the mirror (shared catalogs README), not by
+    # the folder's label 2026-05-20: gcp 2026-04-20, azure 2026-05-20, lambda 2026-05-07, vast 2026-04-29
+    for cloud, day in (("gcp", 20), ("azure", 5 * 100 + 20), ("lambda", 5 * 100 + 7), ("vast", 29)):
         section = sections[cloud]
-        assert section.plugin == "skypilot"
-        assert section.fetched_at == datetime(2026, 5, 20, tzinfo=timezone.utc)
-        assert section.source.startswith("SkyPilot catalog of 2026-05-20 (") and "github.com/anycloud-sh/catalog" in section.source
+        when = datetime(2026, 4 if day < 100 else 5, day % 100, tzinfo=timezone.utc)
+        assert section.plugin == "skypilot" and section.dated_by == "published"
+        assert section.fetched_at == when
+        assert section.source.startswith(f"SkyPilot catalog of {when:%Y-%m-%d} (") and "github.com/anycloud-sh/catalog" in section.source
         assert {o.source for o in section.offers} == {section.source}
+    # the nine more clouds: date unknown, said so, the commit id kept as their source
+    from rentopt.optimizer.models import UNKNOWN_DATE
+
+    for cloud, commit in (("verda", "538675a"), ("mithril", "f379965"), ("yotta", "2811459")):  # SOURCES.md
+        section = sections[cloud]
+        assert (section.dated_by, section.fetched_at, section.history) == ("unknown", UNKNOWN_DATE, [])
+        assert "date unknown" in section.source and f"commit {commit}" in section.source
+        assert {o.dated_by for o in section.offers} == {"unknown"}
     assert sum(len(sections[c].offers) for c in ("gcp", "azure", "lambda", "vast")) >= 1000
     assert sections["jygpu"].fetched_at == datetime(2026, 9, 20, tzinfo=timezone.utc)
     assert not [o for o in snapshot.offers if o.provider in ("sheet", "nexgpu") or o.offer_id == "21166299"]
@@ -80,12 +97,12 @@ def test_the_bundled_snapshot_holds_published_prices_only():
 def test_the_bundled_snapshot_carries_published_price_history():
     sections = {p.provider: p for p in catalog.bundled_snapshot().providers}
     days = lambda name: [h.fetched_at.date().isoformat() for h in sections[name].history]  # noqa: E731
-    # the daily catalogs (`ls -d history/*/lambda | wc -l`: 32 days from 2026-04-02; vast: 14 from
-    # 2026-04-29), all up to 2026-05-20; gcp and azure on two days
-    assert len(days("lambda")) == 32 and len(days("vast")) == 14
-    assert days("lambda")[0] == "2026-04-02" and days("vast")[0] == "2026-04-29"
-    assert days("lambda")[-1] == days("vast")[-1] == "2026-05-20"
-    assert days("gcp") == days("azure") == ["2026-04-19", "2026-05-20"]
+    # Repeated copies are no history: `md5sum history/*/lambda/vms.csv | sort -u` gives 4 distinct
+    # files of 32 (first seen 2026-04-02, 04-06, 04-20; the last one's change dated 2026-05-07 by
+    # the mirror's log), vast's 14 are one seed (2026-04-29); gcp and azure each two versions
+    assert days("lambda") == ["2026-04-02", "2026-04-06", "2026-04-20", "2026-05-07"]
+    assert days("vast") == ["2026-04-29"]
+    assert days("gcp") == ["2026-04-19", "2026-04-20"] and days("azure") == ["2026-04-19", "2026-05-20"]
     assert all(h.rows for h in sections["vast"].history)
 
 
@@ -119,15 +136,20 @@ def test_a_refreshed_provider_comes_from_the_store_and_the_others_from_the_bundl
     vast = [o.key for o in found.offers if o.provider == "vast"]
     assert vast == [("vast", "1"), ("vast", "2")]  # none of the bundled vast offers mixed in
     assert found.provenance["vast"].origin == "store" and found.provenance["vast"].fetched_at == T0
-    assert "newer than the bundled snapshot's of 2026-05-20" in found.provenance["vast"].why
+    assert "newer than the bundled snapshot's of 2026-04-29" in found.provenance["vast"].why
     for name in bundled_providers() - {"vast"}:  # never refreshed: keeps its bundled offers
         assert found.provenance[name].origin == "bundled"
         assert any(o.provider == name for o in found.offers)
-    assert "store 1" in found.label and "bundled 5" in found.label
+    assert "store 1" in found.label and "bundled 14" in found.label
     lines = found.sources(now=T0)
+    # T0 is 2026-12-01 06:00: 225 days after 2026-04-20, the day gcp's file last changed
     assert lines[[p for p in sorted(found.provenance)].index("gcp")] == (
-        "gcp: SkyPilot catalog of 2026-05-20 (gcp/vms.csv at github.com/anycloud-sh/catalog, a mirror of "
-        "SkyPilot's published v8 catalog); from the bundled snapshot, 195 days old")
+        "gcp: SkyPilot catalog of 2026-04-20 (gcp/vms.csv at github.com/anycloud-sh/catalog, a mirror of "
+        "SkyPilot's published v8 catalog; dated by mirror commit 5738017, the file's last change); "
+        "from the bundled snapshot, 225 days old")
+    assert lines[[p for p in sorted(found.provenance)].index("verda")] == (  # no age: no date (SOURCES.md: commit only)
+        "verda: SkyPilot catalog, date unknown (verda/vms.csv at github.com/skypilot-org/skypilot-catalog, catalogs/v8, "
+        "commit 538675a); from the bundled snapshot")
 
 
 def test_older_store_data_than_the_bundle_gives_way_to_the_bundle(rentopt_home):
@@ -136,7 +158,7 @@ def test_older_store_data_than_the_bundle_gives_way_to_the_bundle(rentopt_home):
         s.write_snapshot("gcp", [offer("gcp", "old", fetched_at=old)], fetched_at=old, plugin="skypilot")
     found = load_offers(["gcp"])
     assert found.provenance["gcp"].origin == "bundled"
-    assert "newer than the price store's of 2026-04-19" in found.provenance["gcp"].why
+    assert "newer or better dated than the price store's of 2026-04-19" in found.provenance["gcp"].why
     assert ("gcp", "old") not in {o.key for o in found.offers}
 
 
@@ -337,7 +359,7 @@ def test_a_plugin_name_selects_the_providers_it_delivers(rentopt_home):
     found = load_offers(["sheet"])
     assert set(found.provenance) == {"autodl", "jygpu"}
     found = load_offers(["skypilot", "jygpu"])
-    assert set(found.provenance) == {"gcp", "azure", "lambda", "vast", "jygpu"}
+    assert set(found.provenance) == {"gcp", "azure", "lambda", "vast", "jygpu", *MORE_CLOUDS}
     assert set(load_offers(["gcp"]).provenance) == {"gcp"}
 
 

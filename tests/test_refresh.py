@@ -430,10 +430,11 @@ def test_offers_command_lists_the_bundled_snapshot_with_its_origin(rentopt_home)
     result = CliRunner().invoke(cli, ["offers", "--gpu", "H100 SXM 80GB", "--min-gpus", "8", "--limit", "3"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == ("Offers from the bundled snapshot of published prices (oldest 2026-05-20) "
-                        "(run `rentopt refresh` for current prices)")
+    assert lines[0] == ("Offers from the bundled snapshot of published prices (oldest 2026-04-20) "
+                        "(run `rentopt refresh` for current prices); date unknown: hyperbolic, hyperstack, jarvislabs, "
+                        "lium, mithril, nebius, seeweb, verda, yotta")
     sources = [line for line in lines if line.startswith("prices: ")]
-    assert len(sources) == 6 and any(line.startswith("prices: gcp: SkyPilot catalog of 2026-05-20") for line in sources)
+    assert len(sources) == 15 and any(line.startswith("prices: gcp: SkyPilot catalog of 2026-04-20") for line in sources)
     rest = lines[1 + len(sources):]
     assert rest[0].startswith("note: showing 3 of ") and rest[0].endswith("raise --limit to see more")
     assert rest[1].split()[:3] == ["provider", "offer", "gpu"]

@@ -162,7 +162,9 @@ def test_an_offline_refresh_hides_no_provider_from_a_quote(plugins, rentopt_home
         assert f"  {provider}: " in where and "from the bundled snapshot" in where
     found = load_offers()
     assert {p.origin for p in found.provenance.values()} == {"bundled"}
-    assert {o.provider for o in found.offers} == {"autodl", "azure", "gcp", "jygpu", "lambda", "vast"}
+    assert {o.provider for o in found.offers} == {"autodl", "azure", "gcp", "jygpu", "lambda", "vast", "hyperbolic",
+                                                 "hyperstack", "jarvislabs", "lium", "mithril", "nebius", "seeweb",
+                                                 "verda", "yotta"}
 
 
 def test_a_stale_store_provider_and_bundled_ones_are_planned_together(plugins):
@@ -171,7 +173,7 @@ def test_a_stale_store_provider_and_bundled_ones_are_planned_together(plugins):
     result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", "--days", "10", "--top", "3"])
     assert result.exit_code == 0, result.output
     assert "vast: " in result.output and "from the price store" in result.output and "STALE" in result.output
-    assert "gcp: SkyPilot catalog of 2026-05-20" in result.output  # bundled providers are still there
+    assert "gcp: SkyPilot catalog of 2026-04-20" in result.output  # bundled providers are still there
     found = load_offers()
     assert found.provenance["vast"].origin == "store" and found.provenance["gcp"].origin == "bundled"
 
@@ -331,7 +333,10 @@ def test_the_bundled_snapshot_imports_like_a_team_catalog(tmp_path):
         stored = {o.key: o for o in s.load_offers()}
         lam = s.snapshot_summaries("lambda")
     assert stored == {o.key: o for o in bundled_snapshot().offers}
-    assert len(lam) == 32  # its published daily history came along
+    assert len(lam) == 4  # its published history came along: 4 distinct versions (repeated copies are none)
+    with open_readonly(store_path()) as s:  # type: ignore[union-attr]
+        states = {p.name: p for p in s.providers()}
+    assert (states["verda"].dated_by, states["gcp"].dated_by) == ("unknown", "published")
     with open_writable(store_path()):
         pass
 

@@ -93,33 +93,53 @@ def _day(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
 
 
+# When each current file last changed in the mirror (`git log -- <cloud>/vms.csv`), which is the
+# date its prices were read: the catalogs README in the project's shared material (catalogs/
+# README.md), not the folder's label. Vast's file is a one-time seed never updated after.
+LAST_CHANGED = {
+    "gcp": ("2026-04-20", "5738017"),
+    "azure": ("2026-05-20", "62ff0a9"),
+    "lambda": ("2026-05-07", "4c06102"),
+    "vast": ("2026-04-29", "336ccee"),
+}
+# The clouds of skypilot-v8-more/: SkyPilot's own repository, dates unknown (SOURCES.md there).
+MORE_PUBLISHED_AT = "github.com/skypilot-org/skypilot-catalog, catalogs/v8"
+
+
+def _dated_versions(cloud: str, by_date: dict[str, Path]) -> list[tuple[datetime, str, Path]]:
+    """Each DISTINCT version of a cloud's file, oldest first: (date its prices were read, how
+    that is known, file). A version repeated day after day (the mirror copies files that did not
+    change) is one version, dated the first day it was seen; the newest is dated by LAST_CHANGED
+    when that is known."""
+    import hashlib
+
+    versions: dict[str, tuple[str, Path]] = {}
+    for date in sorted(by_date):
+        digest = hashlib.sha256(by_date[date].read_bytes()).hexdigest()
+        versions.setdefault(digest, (date, by_date[date]))
+    ordered = sorted(versions.values())
+    out = []
+    for i, (date, path) in enumerate(ordered):
+        how = f"first seen in the catalog of {date}"
+        if i == len(ordered) - 1 and cloud in LAST_CHANGED:
+            date, commit = LAST_CHANGED[cloud]
+            how = f"mirror commit {commit}, the file's last change"
+        out.append((_day(date), how, path))
+    return out
+
+
 def skypilot_sections(root: Path) -> list:
     from rentopt.optimizer.catalog import SnapshotHistory, SnapshotProvider
     from rentopt.optimizer.store import history_rows
-    from rentopt.optimizer.errors import ProviderError
-    from rentopt.providers.base import FetchContext, check_offers
-    from rentopt.providers.skypilot import CatalogError, SkyPilotProvider, describe_source, parse_catalog
 
     sections = []
     for cloud, by_date in sorted(dated_catalogs(root).items()):
         history, current = [], None
-        for date in sorted(by_date):
-            when = _day(date)
-            source = describe_source(cloud, PUBLISHED_AT, when)
-            ctx = FetchContext(SkyPilotProvider(), client=None, fetched_at=when)  # type: ignore[arg-type]
-            try:
-                offers = parse_catalog(ctx, cloud, by_date[date].read_text(encoding="utf-8"), fetched_at=when, source=source)
-            except CatalogError as exc:
-                raise SnapshotBuildError(f"{by_date[date]}: {exc}") from None
+        for when, how, path in _dated_versions(cloud, by_date):
+            source = f"SkyPilot catalog of {when:%Y-%m-%d} ({cloud}/vms.csv at {PUBLISHED_AT}; dated by {how})"
+            offers = _parse(cloud, path, when, source, "published")
             if not offers:
                 continue
-            try:  # the checks a refresh runs before storing: prices outside the sane bands go
-                offers = check_offers(ctx, offers)
-            except ProviderError as exc:
-                raise SnapshotBuildError(f"{by_date[date]}: {exc.reason}") from None
-            if ctx.rejected:
-                print(f"{by_date[date]}: {len(ctx.rejected)} rows rejected, first: {ctx.rejected[0][0]}: "
-                      f"{ctx.rejected[0][1]}", file=sys.stderr)
             history.append(SnapshotHistory(fetched_at=when, source=source, offers=len(offers),
                                            rows=[tuple(r) for r in history_rows(offers)]))
             current = (when, source, offers)
@@ -128,7 +148,65 @@ def skypilot_sections(root: Path) -> list:
         when, source, offers = current
         sections.append(SnapshotProvider(provider=cloud, plugin="skypilot", fetched_at=when, source=source,
                                          offers=sorted(offers, key=lambda o: o.offer_id), history=history))
+    return sections + more_sections(root)
+
+
+def more_sections(root: Path) -> list:
+    """The clouds of `skypilot-v8-more/`: date unknown (only each file's commit is known), so
+    their sections say so and carry no history."""
+    from rentopt.optimizer.catalog import SnapshotProvider
+    from rentopt.optimizer.models import UNKNOWN_DATE
+
+    folder = root / "skypilot-v8-more"
+    if not folder.is_dir():
+        return []
+    commits = _commits(folder / "SOURCES.md")
+    sections = []
+    for path in sorted(folder.glob("*/vms.csv")):
+        cloud = path.parent.name
+        if cloud not in commits:
+            raise SnapshotBuildError(f"{path}: not in {folder / 'SOURCES.md'}: its source commit is unknown")
+        source = (f"SkyPilot catalog, date unknown ({cloud}/vms.csv at {MORE_PUBLISHED_AT}, "
+                  f"commit {commits[cloud][:7]})")
+        offers = _parse(cloud, path, UNKNOWN_DATE, source, "unknown")
+        if offers:
+            sections.append(SnapshotProvider(provider=cloud, plugin="skypilot", fetched_at=UNKNOWN_DATE, source=source,
+                                             offers=sorted(offers, key=lambda o: o.offer_id), dated_by="unknown"))
     return sections
+
+
+def _commits(sources_md: Path) -> dict[str, str]:
+    """cloud -> commit id, from the SOURCES.md table (| cloud | repo | path | commit | ...)."""
+    found = {}
+    for line in sources_md.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and re.fullmatch(r"[0-9a-f]{40}", cells[3]):
+            found[cells[0]] = cells[3]
+    return found
+
+
+def _parse(cloud: str, path: Path, when: datetime, source: str, dated_by: str) -> list:
+    """One file's offers, read by the real plugin and checked as a refresh checks them."""
+    from rentopt.optimizer.errors import ProviderError
+    from rentopt.providers.base import FetchContext, check_offers
+    from rentopt.providers.skypilot import CatalogError, SkyPilotProvider, parse_catalog
+
+    ctx = FetchContext(SkyPilotProvider(), client=None, fetched_at=when)  # type: ignore[arg-type]
+    try:
+        offers = parse_catalog(ctx, cloud, path.read_text(encoding="utf-8"), fetched_at=when, source=source,
+                               dated_by=dated_by)  # type: ignore[arg-type]
+    except CatalogError as exc:
+        raise SnapshotBuildError(f"{path}: {exc}") from None
+    if not offers:
+        return []
+    try:  # the checks a refresh runs before storing: prices outside the sane bands go
+        offers = check_offers(ctx, offers)
+    except ProviderError as exc:
+        raise SnapshotBuildError(f"{path}: {exc.reason}") from None
+    if ctx.rejected:
+        print(f"{path}: {len(ctx.rejected)} rows rejected, first: {ctx.rejected[0][0]}: {ctx.rejected[0][1]}",
+              file=sys.stderr)
+    return offers
 
 
 def sheet_sections() -> list:
@@ -169,7 +247,7 @@ def build(catalogs: Path | None = None):
     with scrubbed_environment():
         sections = skypilot_sections(root) + sheet_sections()
     sections.sort(key=lambda s: s.provider)
-    return SnapshotFile(format=SNAPSHOT_FORMAT, created_at=max(s.fetched_at for s in sections),
+    return SnapshotFile(format=SNAPSHOT_FORMAT, created_at=max(s.fetched_at for s in sections),  # a known date
                         description="published prices: SkyPilot's catalog (github.com/skypilot-org/skypilot-catalog) "
                                     "and sourced price sheets; built by tools/build_snapshot.py",
                         providers=sections)

@@ -130,9 +130,14 @@ def test_a_truncated_recorded_body_rejects_the_response(provider, cut):
                               headers={"Content-Type": recorded.headers["Content-Type"]})
 
     outcome, _ = replay(provider, truncate)
+    if provider.name == "skypilot":
+        # A CSV has no closing bracket: a file cut inside a row leaves that row narrower than the
+        # header, and it is counted, not read (a missing final newline alone is no cut: yotta's
+        # published file has none). The rows before the cut are whole and kept.
+        assert ("skipped", "wrong number of fields") in {("skipped", why) for _, why in outcome.skipped}, outcome.skipped
+        return
     assert outcome.status == "failed" and outcome.offers is None
-    expected = "cut short" if provider.name == "skypilot" else "not valid JSON"
-    assert expected in outcome.error, outcome.error
+    assert "not valid JSON" in outcome.error, outcome.error
 
 
 def test_a_url_in_a_message_or_source_keeps_neither_its_query_nor_its_user_and_password():

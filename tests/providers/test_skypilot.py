@@ -125,7 +125,8 @@ def test_the_published_catalog_is_read_per_cloud_over_http():
     # Last-Modified: Wed, 20 May 2026 06:00:00 GMT dates every cloud's snapshot
     when = datetime(2026, 5, 20, 6, tzinfo=timezone.utc)
     assert outcome.provider_sources["gcp"] == (
-        f"SkyPilot catalog of 2026-05-20 (gcp/vms.csv at {PUBLISHED_CATALOG})", when)
+        f"SkyPilot catalog of 2026-05-20 (gcp/vms.csv at {PUBLISHED_CATALOG}; dated by its Last-Modified header)", when)
+    assert {o.dated_by for o in outcome.offers} == {"published"}
     assert all(o.fetched_at == when for o in outcome.offers)
     # clouds the catalog does not have (404) are neither offers nor failures
     assert outcome.provider_errors == {}
@@ -220,10 +221,13 @@ def test_a_cloud_file_without_the_v8_columns_fails_only_that_cloud(tmp_path, mon
     assert {o.provider for o in outcome.offers} == {"lambda"}
 
 
-def test_a_cut_short_file_is_refused_not_read_with_a_shortened_price():
-    text = LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,1.29,us-east-1,,\ngpu_1x_a10,A10,1.0,30.0,200.0,1.2"
-    with pytest.raises(skypilot.CatalogError, match="cut short"):
-        parse_catalog(ctx(), "lambda", text, fetched_at=WHEN, source="test")
+def test_a_row_cut_short_is_not_read_and_the_complete_rows_are():
+    # no final newline (yotta's file has none either) and the last row stops inside its fields
+    text = LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,1.29,us-east-1,,\ngpu_1x_a100,A100,1.0,30.0,200.0,1.2"
+    c = ctx()
+    offers = by_key(parse_catalog(c, "lambda", text, fetched_at=WHEN, source="test"))
+    assert list(offers) == [("lambda", "gpu_1x_a10/us-east-1")]
+    assert dict(c.skipped)["lambda: 1 rows"] == "wrong number of fields"
 
 
 def test_an_unreachable_catalog_fails_the_plugin_as_a_whole():
@@ -249,17 +253,106 @@ def test_where_the_catalog_is_read_from(monkeypatch, tmp_path):
     assert SkyPilotProvider().base_url() == "https://mirror.example/v8"
 
 
-def test_a_catalog_is_dated_by_its_folder_else_its_file_time(tmp_path):
-    dated = tmp_path / "2026-04-19" / "gcp"
-    dated.mkdir(parents=True)
-    (dated / "vms.csv").write_text("x")
-    assert catalog_date(dated / "vms.csv") == datetime(2026, 4, 19, tzinfo=timezone.utc)
-    plain = tmp_path / "v8" / "gcp"
-    plain.mkdir(parents=True)
-    (plain / "vms.csv").write_text("x")
+# --------------------------------------------------------------------------------------------
+# A price's date is the date its publisher read it: one test per rule, in the order they apply
+
+
+def _catalog(folder: Path, text: str = "x") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vms.csv").write_text(text)
+    return folder / "vms.csv"
+
+
+def test_dating_rule_1_a_date_named_folder(tmp_path):
+    path = _catalog(tmp_path / "2026-04-19" / "gcp")
+    os.utime(path, (1e9, 1e9))  # a file time that must not be used
+    date = catalog_date(path)
+    assert (date.when, date.dated_by, date.how) == (datetime(2026, 4, 19, tzinfo=timezone.utc), "published", "folder name")
+
+
+def _git(repo: Path, *args: str, when: str | None = None) -> None:
+    import subprocess
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org"}
+    if when:
+        env |= {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env)
+
+
+def test_dating_rule_2_the_git_commit_of_the_files_last_change(tmp_path):
+    repo = tmp_path / "catalog"
+    path = _catalog(repo / "catalogs" / "v8" / "gcp", "first")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "gcp", when="2026-04-20T06:00:00+00:00")
+    (repo / "README").write_text("a later commit that leaves gcp alone")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "other", when="2026-05-20T06:00:00+00:00")
+    os.utime(path, (2e9, 2e9))  # a copy's file time (2033): not the date
+    date = catalog_date(path)
+    assert (date.when, date.dated_by) == (datetime(2026, 4, 20, 6, tzinfo=timezone.utc), "published")
+    assert date.how.startswith("git commit ") and "last change" in date.how
+    # edited since its commit: that commit no longer dates it, its file time does
+    path.write_text("edited")
+    os.utime(path, (datetime(2026, 6, 1, tzinfo=timezone.utc).timestamp(),) * 2)
+    assert catalog_date(path).dated_by == "file-time"
+
+
+def test_dating_rule_3_the_file_time_said_as_such(tmp_path):
+    path = _catalog(tmp_path / "v8" / "gcp")
     stamp = datetime(2026, 3, 1, 12, tzinfo=timezone.utc).timestamp()
-    os.utime(plain / "vms.csv", (stamp, stamp))
-    assert catalog_date(plain / "vms.csv") == datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+    os.utime(path, (stamp, stamp))
+    date = catalog_date(path)
+    assert (date.when, date.dated_by) == (datetime(2026, 3, 1, 12, tzinfo=timezone.utc), "file-time")
+    assert "dated by file time" in skypilot.describe_source("gcp", str(tmp_path), date)
+
+
+def test_dating_rule_4_no_date_is_unknown_never_today(tmp_path):
+    from rentopt.optimizer.models import UNKNOWN_DATE
+
+    # over HTTP with no Last-Modified and no GitHub repository behind it: unknown
+    text = LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,1.29,us-east-1,,\n"
+    with respx.mock(assert_all_called=False) as router:
+        router.route(url__regex=r"https://mirror\.example/v8/lambda/vms\.csv").mock(
+            return_value=httpx.Response(200, text=text))
+        router.route(url__startswith="https://mirror.example/").mock(return_value=httpx.Response(404))
+        os.environ["RENTOPT_SKYPILOT_CATALOG"] = "https://mirror.example/v8"
+        try:
+            outcome = fetch(SkyPilotProvider)
+        finally:
+            del os.environ["RENTOPT_SKYPILOT_CATALOG"]
+    assert outcome.status == "ok", outcome.error
+    (offer,) = outcome.offers
+    assert (offer.dated_by, offer.fetched_at) == ("unknown", UNKNOWN_DATE)
+    assert offer.fetched_at.date() != datetime.now(timezone.utc).date()
+    assert "date unknown" in offer.source
+
+
+def test_dating_rule_5_a_file_time_in_the_future_is_no_date(tmp_path):
+    path = _catalog(tmp_path / "v8" / "gcp")
+    future = datetime(2099, 1, 1, tzinfo=timezone.utc).timestamp()
+    os.utime(path, (future, future))
+    assert catalog_date(path).dated_by == "unknown"
+
+
+def test_a_file_in_githubs_repository_is_dated_by_its_last_commit():
+    """SkyPilot publishes its catalog from a GitHub repository, whose raw files carry no
+    Last-Modified: the date is the commit of the file's last change (GitHub's commits API)."""
+    text = LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,1.29,us-east-1,,\n"
+    commits = [{"sha": "4c06102aa1b2c3d4e5f60718293a4b5c6d7e8f90",
+                "commit": {"committer": {"name": "GitHub", "date": "2026-05-07T06:12:00Z"}}}]
+    with respx.mock(assert_all_called=False) as router:
+        router.get(f"{PUBLISHED_CATALOG}/lambda/vms.csv").mock(return_value=httpx.Response(200, text=text))
+        api = router.get("https://api.github.com/repos/skypilot-org/skypilot-catalog/commits").mock(
+            return_value=httpx.Response(200, json=commits))
+        router.route(url__startswith=PUBLISHED_CATALOG).mock(return_value=httpx.Response(404))
+        outcome = fetch(SkyPilotProvider)
+    assert outcome.status == "ok", outcome.error
+    assert dict(api.calls.last.request.url.params) == {"path": "catalogs/v8/lambda/vms.csv", "sha": "master", "per_page": "1"}
+    (offer,) = outcome.offers
+    assert (offer.fetched_at, offer.dated_by) == (datetime(2026, 5, 7, 6, 12, tzinfo=timezone.utc), "published")
+    assert "git commit 4c06102" in offer.source
 
 
 def test_offers_name_their_cloud_and_refresh_names_the_plugin(monkeypatch, tmp_path):
@@ -271,3 +364,25 @@ def test_offers_name_their_cloud_and_refresh_names_the_plugin(monkeypatch, tmp_p
     listing = CliRunner().invoke(cli, ["offers", "--provider", "lambda", "--format", "json"])
     assert listing.exit_code == 0, listing.output
     assert '"provider": "lambda"' in listing.stdout and '"offer_id": "gpu_1x_a10/us-east-1"' in listing.stdout
+
+
+def test_a_host_size_every_row_shares_is_a_placeholder_not_a_measurement():
+    # fixtures/skypilot/vast_vms.csv: all 11 rows say vCPUs 32, MemoryGiB 64.0, from 1 to 8 GPUs
+    outcome, _ = fetch_recorded(SkyPilotProvider)
+    vast = [o for o in outcome.offers if o.provider == "vast"]
+    assert vast and all(o.host_ram_gb is None for o in vast)
+    assert "placeholder" in vast[0].extra["host_size"]
+    # lambda's sizes differ per row: real, kept (gpu_8x_a100,A100,8.0,124.0,1800.0,...: 1800 GiB = 1932.7 GB)
+    a100 = [o for o in outcome.offers if o.provider == "lambda" and o.offer_id.startswith("gpu_8x_a100/")]
+    assert a100 and {o.host_ram_gb for o in a100} == {1932.7}
+
+
+def test_a_spot_price_not_below_on_demand_is_no_spot_offer():
+    text = LAMBDA_HEADER + ("gpu_8x_h100_sxm5,H100,8.0,208.0,1800.0,30.0,us-east-1,,30.0\n"
+                            "gpu_1x_a10,A10,1.0,30.0,200.0,1.29,us-east-1,,0.4\n")
+    c = ctx()
+    offers = by_key(parse_catalog(c, "lambda", text, fetched_at=WHEN, source="test"))
+    assert ("lambda", "gpu_8x_h100_sxm5/us-east-1/spot") not in offers
+    assert ("lambda", "gpu_8x_h100_sxm5/us-east-1") in offers
+    assert "not below the on-demand 30.0" in dict(c.skipped)["gpu_8x_h100_sxm5/us-east-1/spot"]
+    assert hour(offers[("lambda", "gpu_1x_a10/us-east-1/spot")]) == D("0.4")

@@ -1,0 +1,88 @@
+"""Suspect prices: a price far below what every other seller asks for the same GPU.
+
+A catalog can carry prices no one sells at: mithril's SkyPilot rows list A100 and B200 at
+0.01 USD per GPU-hour (skypilot-v8-more/mithril/vms.csv), inside any sane band, and a quote that
+believes them puts 8 x B200 first at cents. Such a price is held out, not deleted: a quote lists
+it (`--explain`), `rentopt offers --suspect` shows it, and `--allow-suspect` plans with it.
+
+The rule (issue 23): an offer's hourly price per GPU is SUSPECT when it is under SUSPECT_SHARE
+of the median of the other providers' prices for the same GPU, the same kind of price (on-demand
+with on-demand, spot with spot: a spot discount of 60-90 % is ordinary) and the same currency.
+Each other provider counts once, by the median of its own offers, so one provider with many
+rows does not outvote the rest; at least MIN_OTHER_PROVIDERS others must sell the GPU, or there
+is nothing to compare with.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+# "say under 1/5 of the median of the other providers" (issue 23). The cheapest honest offers in
+# the bundled snapshot sit at about 1/3 of the median of the others for the same GPU (a Vast
+# host against the hyperscalers), so 1/5 leaves them alone.
+SUSPECT_SHARE = 0.2
+MIN_OTHER_PROVIDERS = 2
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """Why one row's price is suspect (the numbers that failed)."""
+
+    kind: int  # 0 on-demand, 1 spot
+    per_gpu: float
+    others_median: float
+    others: int  # how many other providers
+    currency: str
+
+    def reason(self, gpu: str) -> str:
+        what = "spot" if self.kind else "on-demand"
+        return (f"suspect {what} price: {self.per_gpu:.4g} {self.currency} per GPU-hour, under 1/5 of the median "
+                f"{self.others_median:.4g} {self.currency} of {self.others} other providers' {gpu}; "
+                "held out (--allow-suspect plans with it)")
+
+
+def suspect_rows(table: Any) -> dict[int, Suspect]:
+    """Row -> Suspect for every row of an OfferTable whose hourly price is suspect (any kind)."""
+    found: dict[int, Suspect] = {}
+    if not table.n:
+        return found
+    gpu_code, gpu_ids = table.category("gpu")
+    provider_code, providers = table.category("provider")
+    currency_code, currencies = table.category("currency")
+    gpus = np.maximum(np.asarray(table.gpus, dtype=float), 1.0)
+    for kind in (0, 1):
+        per_gpu = np.asarray(table.hourly[kind], dtype=float) / gpus
+        rows = np.flatnonzero(~np.isnan(per_gpu) & (per_gpu > 0) & np.array(
+            [g is not None for g in gpu_ids], dtype=bool)[gpu_code])
+        # (gpu, currency) -> provider -> its prices
+        groups: dict[tuple[int, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r, g, c, p, v in zip(rows.tolist(), gpu_code[rows].tolist(), currency_code[rows].tolist(),
+                                 provider_code[rows].tolist(), per_gpu[rows].tolist()):
+            groups[(g, c)][p].append(v)
+        medians = {key: {p: median(vs) for p, vs in by.items()} for key, by in groups.items() if len(by) > MIN_OTHER_PROVIDERS}
+        for r, g, c, p, v in zip(rows.tolist(), gpu_code[rows].tolist(), currency_code[rows].tolist(),
+                                 provider_code[rows].tolist(), per_gpu[rows].tolist()):
+            mine = medians.get((g, c))
+            if mine is None:
+                continue
+            others = [m for q, m in mine.items() if q != p]
+            if len(others) < MIN_OTHER_PROVIDERS:
+                continue
+            middle = median(others)
+            if v < SUSPECT_SHARE * middle and r not in found:
+                found[r] = Suspect(kind, v, middle, len(others), currencies[c])
+    return found
+
+
+def suspect_offers(offers: list) -> dict[tuple[str, str], str]:
+    """(provider, offer id) -> reason, for full offers (`rentopt offers --suspect`)."""
+    from rentopt.optimizer.offer_table import OfferTable
+
+    table = OfferTable.from_offers(offers)
+    return {(table.provider[r], table.offer_id[r]): s.reason(table.gpu[r] or table.gpu_raw[r])
+            for r, s in suspect_rows(table).items()}

@@ -386,3 +386,25 @@ def test_a_spot_price_not_below_on_demand_is_no_spot_offer():
     assert ("lambda", "gpu_8x_h100_sxm5/us-east-1") in offers
     assert "not below the on-demand 30.0" in dict(c.skipped)["gpu_8x_h100_sxm5/us-east-1/spot"]
     assert hour(offers[("lambda", "gpu_1x_a10/us-east-1/spot")]) == D("0.4")
+
+
+def test_a_copy_dated_only_by_its_file_time_never_replaces_prices_of_a_known_date(monkeypatch, tmp_path):
+    """A copy of a catalog in a folder not named by its date is dated by its file time (today,
+    for a fresh copy): it must not replace the stored prices whose date the folder gave."""
+    dated = _catalog(tmp_path / "2026-05-20" / "lambda", LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,1.29,us-east-1,,\n")
+    monkeypatch.setenv("RENTOPT_SKYPILOT_CATALOG", str(dated.parent.parent))
+    assert CliRunner().invoke(cli, ["refresh", "--providers", "skypilot"]).exit_code == 0
+    copy = _catalog(tmp_path / "copy" / "lambda", LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,0.99,us-east-1,,\n")
+    monkeypatch.setenv("RENTOPT_SKYPILOT_CATALOG", str(copy.parent.parent))
+    result = CliRunner().invoke(cli, ["refresh", "--providers", "skypilot"])
+    assert "skypilot/lambda: not stored: kept the stored prices of 2026-05-20 00:00 UTC" in result.output, result.output
+    assert "dated by file time" in result.output and "its date is weaker" in result.output
+    with open_readonly(store_path()) as store:
+        (state,) = [s for s in store.providers() if s.name == "lambda"]
+        (kept,) = store.load_offers(OfferQuery(providers=("lambda",)))
+    assert (state.fetched_at, state.dated_by, hour(kept)) == (WHEN, "published", D("1.29"))
+    # an older dated catalog does not replace a newer one either
+    older = _catalog(tmp_path / "2026-04-01" / "lambda", LAMBDA_HEADER + "gpu_1x_a10,A10,1.0,30.0,200.0,0.5,us-east-1,,\n")
+    monkeypatch.setenv("RENTOPT_SKYPILOT_CATALOG", str(older.parent.parent))
+    result = CliRunner().invoke(cli, ["refresh", "--providers", "skypilot"])
+    assert "not stored" in result.output and "they are older" in result.output

@@ -62,6 +62,7 @@ class ProviderResult:
     source: str | None = None
     fetched_at: datetime | None = None
     dated_by: str = "published"  # how fetched_at is known (models.DateBasis)
+    per_provider: bool = False  # skipped_rows and unknown_gpus are this provider's, not its plugin's run's
     # Lines of the plugin's run the user must see: each rejected price (the first few), each
     # broken price sheet (file, line, field). Shown once per plugin run.
     problems: list[str] = field(default_factory=list)
@@ -187,8 +188,17 @@ def _store_outcome(store, plugin, outcome, requested: bool) -> list[ProviderResu
         source, fetched_at = outcome.provider_sources.get(
             name, (plugin.base_url(), outcome.fetched_at or datetime.now(timezone.utc)))
         dated_by = offers[0].dated_by if offers else "published"
+        mine = dict(base)
+        if plugin.multi_provider:
+            mine["per_provider"] = True
+            # per provider, not the plugin's totals repeated on every line: its GPU names the
+            # catalog does not know (from its own offers) and the rows of its file skipped
+            mine["unknown_gpus"] = sorted({o.gpu_raw for o in offers if o.gpu is None})
+            counted = getattr(plugin, "skipped_per_provider", None)
+            if counted is not None:
+                mine["skipped_rows"] = counted.get(name, 0)
         result = ProviderResult(name, "ok", plugin=plugin.name, had_prices=had, source=source, fetched_at=fetched_at,
-                                dated_by=dated_by, **base)
+                                dated_by=dated_by, **mine)
         if keeper := newer_elsewhere(state, plugin.name, fetched_at, dated_by) or \
                 better_dated(state, fetched_at, dated_by, source):
             result.status, result.error = "kept", keeper
@@ -464,6 +474,8 @@ def format_report(report: RefreshReport) -> str:
         # Skipped rows, unknown GPUs and time belong to the plugin's run: shown on its first line only.
         run = [r.skipped_rows, r.rejected_rows, len(r.unknown_gpus), f"{r.seconds:.1f}"] \
             if (r.plugin or r.provider) not in shown else ["", "", "", ""]
+        if r.per_provider and (r.plugin or r.provider) in shown:
+            run = [r.skipped_rows, "", len(r.unknown_gpus), ""]
         shown.add(r.plugin or r.provider)
         rows.append([r.label, r.status, *counts, *run])
     lines = [tabulate(rows, headers=REPORT_HEADERS, disable_numparse=True)]
@@ -489,9 +501,10 @@ def format_report(report: RefreshReport) -> str:
                 lines.append(f"{run_name}: {r.rejected_rows} row(s) rejected: a price outside the sane range "
                              "(not stored; see `rentopt refresh --help`)")
             lines += [f"{run_name}: {problem}" for problem in r.problems]
-        if r.unknown_gpus and (r.plugin or r.provider) not in unknown_said:
+        if r.unknown_gpus and (r.per_provider or (r.plugin or r.provider) not in unknown_said):
             unknown_said.add(r.plugin or r.provider)
-            lines.append(f"{r.plugin or r.provider}: GPU names not in the catalog (kept as unknown): {', '.join(r.unknown_gpus)}")
+            lines.append(f"{r.label if r.per_provider else r.plugin or r.provider}: GPU names not in the catalog "
+                         f"(kept as unknown): {', '.join(r.unknown_gpus)}")
     if report.fx is not None:
         lines.append(describe_fx(report.fx))
     lines.append(f"price store: {report.store_path}")
@@ -510,6 +523,8 @@ def report_json(report: RefreshReport) -> str:
             "removed": r.removed if r.status == "ok" else None,
             "skipped_rows": r.skipped_rows, "rejected_rows": r.rejected_rows,
             "unknown_gpus": r.unknown_gpus, "seconds": round(r.seconds, 3), "error": r.error,
+            "counts_are": "provider" if r.per_provider else "plugin run",
+            "dated_by": r.dated_by if r.status in ("ok", "kept") else None,
             "kept_earlier_prices": r.had_prices if r.status not in ("ok", "kept") else None,
             "problems": r.problems,
         }

@@ -313,12 +313,17 @@ class SkyPilotProvider(Provider):
         if not files and not ctx.provider_errors:
             raise ctx.schema_error(f"no <cloud>/vms.csv found under {location}")
         offers: list[Offer] = []
+        # rows skipped per cloud, for the refresh summary's per-provider counts (refresh.py)
+        self.skipped_per_provider: dict[str, int] = {}
         for cloud, (text, date, source) in sorted(files.items()):
+            before = len(ctx.skipped)
             try:
                 mine = parse_catalog(ctx, cloud, text, fetched_at=date.when, source=source, dated_by=date.dated_by)
             except CatalogError as exc:
                 ctx.provider_errors[cloud] = str(exc)
                 continue
+            finally:
+                self.skipped_per_provider[cloud] = len(ctx.skipped) - before
             ctx.provider_sources[cloud] = (source, date.when)
             offers += mine
         if files and len(ctx.provider_errors) == len(files):

@@ -179,3 +179,69 @@ def test_rows_without_a_region_keep_distinct_ids():
 def test_the_nine_clouds_say_where_their_prices_come_from():
     offers, _ = parsed("nebius")
     assert re.search(r"storage and traffic prices not published", next(iter(offers.values())).extra["prices_source"])
+
+
+# --------------------------------------------------------------------------------------------
+# `rentopt refresh` over the network: every cloud SkyPilot publishes, from a loopback server
+
+
+AWS_CSV = (  # SkyPilot's aws columns (v8); p5.48xlarge at 55.04 USD/h: the recorded AWS price list (fixtures/aws, us-east-1)
+    "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone\n"
+    "p5.48xlarge,H100,8,192,2048,\"{'Gpus': [{'Name': 'H100', 'Manufacturer': 'NVIDIA', 'Count': 8, "
+    "'MemoryInfo': {'SizeInMiB': 81920}}], 'TotalGpuMemoryInMiB': 655360}\",55.04,,us-east-1,us-east-1a\n")
+RUNPOD_CSV = (  # SkyPilot's runpod columns; RTX 4090 secure 0.59 USD/h: the recorded RunPod gpuTypes (fixtures/runpod)
+    "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Region,SpotPrice,Price,AvailabilityZone\n"
+    "1x_RTX4090_SECURE,RTX4090,1,6,41,\"{'Gpus': [{'Name': 'RTX4090', 'Manufacturer': 'NVIDIA', 'Count': 1, "
+    "'MemoryInfo': {'SizeInMiB': 24576}}], 'TotalGpuMemoryInMiB': 24576}\",CA,,0.59,CA-MTL-1\n")
+
+
+def test_refresh_over_the_network_reads_every_cloud_skypilot_publishes(monkeypatch, rentopt_home):
+    import json as _json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from click.testing import CliRunner
+
+    from rentopt.optimizer.cli import cli
+    from rentopt.providers import skypilot
+
+    files = {f"/catalogs/v8/{c}/vms.csv": (MORE / c / "vms.csv").read_bytes() for c in CLOUDS}
+    files["/catalogs/v8/aws/vms.csv"] = AWS_CSV.encode()
+    files["/catalogs/v8/runpod/vms.csv"] = RUNPOD_CSV.encode()
+    asked: list[str] = []
+
+    class Catalog(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            asked.append(self.path)
+            body = files.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            if self.path.endswith(("/aws/vms.csv", "/runpod/vms.csv")):
+                self.send_header("Last-Modified", "Wed, 20 May 2026 06:00:00 GMT")
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Catalog)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("RENTOPT_SKYPILOT_CATALOG", f"http://127.0.0.1:{server.server_address[1]}/catalogs/v8")
+        result = CliRunner().invoke(cli, ["refresh", "--providers", "skypilot", "--format", "json"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert {p.split("/")[3] for p in asked} == set(skypilot.URL_CLOUDS)  # every published cloud asked, once each
+    assert len(asked) == len(skypilot.URL_CLOUDS)
+    report = _json.loads(result.stdout)
+    rows = {r["provider"]: r for r in report["providers"]}
+    assert set(rows) == {*CLOUDS, "aws", "runpod"} and {r["status"] for r in rows.values()} == {"ok"}
+    assert (rows["aws"]["offers"], rows["runpod"]["offers"]) == (1, 1)
+    assert rows["aws"]["dated_by"] == "published" and rows["verda"]["dated_by"] == "unknown"
+    # counts per cloud, not the plugin's totals: mithril's 7 spot rows at the on-demand price are
+    # its skips; verda's unknown names are its own (RTX-PRO-6000, Tesla-V100: see SPELLINGS)
+    assert rows["mithril"]["skipped_rows"] == 7 and rows["yotta"]["skipped_rows"] == 0
+    assert rows["verda"]["unknown_gpus"] == ["RTX-PRO-6000", "Tesla-V100"]
+    assert rows["yotta"]["unknown_gpus"] == [] and rows["jarvislabs"]["unknown_gpus"] == ["RTXPRO6000"]
+    assert {r["counts_are"] for r in rows.values()} == {"provider"}

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -165,7 +165,22 @@ def parse_catalog(text: str) -> dict[str, GpuSpec]:
             raise ValueError(f"GPU catalog lists {spec.id} twice")
         catalog[spec.id] = spec
     build_alias_index(catalog.values())  # alias clashes are catalog errors, found at load time
+    _check_relatives(catalog)
     return catalog
+
+
+def _check_relatives(catalog: Mapping[str, GpuSpec]) -> None:
+    """Every card without its own matmul measurement names a measured card to derive it from."""
+    for spec in catalog.values():
+        if spec.mamf_relative is None:
+            continue
+        relative = catalog.get(spec.mamf_relative)
+        if relative is None:
+            raise ValueError(f"{spec.id}: mamf_relative {spec.mamf_relative!r} is not in the catalog")
+        if relative.mamf_bf16_tflops is None and relative.mamf_fp16_tflops is None:
+            raise ValueError(f"{spec.id}: mamf_relative {relative.id} has no measured matmul ceiling of its own")
+        if spec.mamf_rule == "power" and (spec.power_w is None or relative.power_w is None):
+            raise ValueError(f"{spec.id}: mamf_rule power needs power_w on it and on {relative.id}")
 
 
 def _spec_from_record(record: Mapping[str, Any], position: int) -> GpuSpec:
@@ -196,11 +211,45 @@ def _spec_from_record(record: Mapping[str, Any], position: int) -> GpuSpec:
         raise ValueError(f"{where}: flash_attention must be 0, 2 or 3 (the FlashAttention generation)")
     if spec.bf16 != (spec.bf16_tflops is not None) or spec.fp8 != (spec.fp8_tflops is not None):
         raise ValueError(f"{where}: bf16/fp8 must agree with bf16_tflops/fp8_tflops")
+    _check_measurements(spec, where)
     keys = {canonical_key(a) for a in spec.ambiguous_aliases}
     stray = [a for a in spec.sheet_default_for if canonical_key(a) not in keys]
     if stray:
         raise ValueError(f"{where}: sheet_default_for {', '.join(stray)} must be among its ambiguous_aliases")
     return spec
+
+
+# A measured ceiling above the spec by more than this is a sparse/dense or per-card/per-device mix-up.
+# GeForce cards boost past their spec clock: the RTX 5090 measures 1.14 x its spec (zzc0721 table).
+MEASURED_OVER_SPEC = 1.2
+
+
+def _check_measurements(spec: GpuSpec, where: str) -> None:
+    if not spec.mamf_source:
+        raise ValueError(f"{where}: mamf_source must say which benchmark measured the card, or that none did")
+    if not spec.training_source:
+        raise ValueError(f"{where}: training_source must name the published training run, or say none was found")
+    measured = spec.mamf_bf16_tflops is not None or spec.mamf_fp16_tflops is not None
+    if measured and spec.mamf_relative is not None:
+        raise ValueError(f"{where}: give measured mamf_* figures or a mamf_relative, not both")
+    if spec.mamf_relative is None and not measured and spec.mamf_rule != "efficiency":
+        raise ValueError(f"{where}: mamf_rule applies only with a mamf_relative")
+    for dtype, value, peak in (("bf16", spec.mamf_bf16_tflops, spec.bf16_tflops),
+                               ("fp16", spec.mamf_fp16_tflops, spec.fp16_tflops),
+                               ("fp8", spec.mamf_fp8_tflops, spec.fp8_tflops)):
+        if value is None:
+            continue
+        if peak is None:
+            raise ValueError(f"{where}: mamf_{dtype}_tflops given but the card has no {dtype} tensor rate")
+        if not 0 < value <= peak * MEASURED_OVER_SPEC:
+            raise ValueError(f"{where}: mamf_{dtype}_tflops {value:g} is not within (0, {MEASURED_OVER_SPEC} x spec {peak:g}]")
+    if spec.power_w is not None and spec.power_w <= 0:
+        raise ValueError(f"{where}: power_w must be positive")
+    if spec.memory_bandwidth_measured_gbps is not None and not (
+            0 < spec.memory_bandwidth_measured_gbps <= spec.memory_bandwidth_gbps):
+        raise ValueError(f"{where}: memory_bandwidth_measured_gbps must be positive and at most the spec bandwidth")
+    if spec.nvlink_domain_gpus is not None and (spec.nvlink_domain_gpus < spec.max_gpus_per_node or not spec.nvlink_gbps):
+        raise ValueError(f"{where}: nvlink_domain_gpus needs NVLink and spans at least one node")
 
 
 @lru_cache(maxsize=1)
@@ -532,3 +581,147 @@ def _or_list(items: Iterable[str]) -> str:
     """
     items = list(items)
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+
+# --------------------------------------------------------------------------------------------
+# What a card really does: matmul ceiling, memory bandwidth, published training runs
+
+# The power rule (mamf_rule = "power"): a card with less board power per peak TFLOPS than its
+# measured relative runs its tensor cores at lower clocks. The one measured pair of one die at two
+# power limits, A100 SXM (400 W) 271.2 and A100 PCIe (300 W) 252.9 TFLOPS at the same 312 TFLOPS
+# spec (stas00/ml-engineering MAMF table), gives 252.9 / 271.2 = (300 / 400) ** 0.24; a card with
+# more power per TFLOPS than its relative keeps the relative's efficiency (it is not power-bound).
+POWER_EXPONENT = 0.24
+# FP8 where a card's bf16 is measured but its fp8 is not: H100 SXM reaches 70.9 % of its fp8 spec
+# against 80.3 % in bf16 (stas00 MAMF table), a ratio of 0.88; the lowest of the measured pairs
+# (H200 0.92, GH200 0.93, B300 0.95, B200 0.98, GB200 0.99), so no card is made faster than measured.
+FP8_EFFICIENCY_RATIO = 0.88
+# A card with no measured relative (Volta, Pascal, Ascend): the median efficiency of the measured
+# NVIDIA datacenter parts in the stas00 MAMF table (A100 SXM 86.9 %, GH200 83.8 %, A100 PCIe 81.1 %,
+# H100 SXM 80.3 %, B300 78.6 %, B200 77.6 %, GB200 72.9 %: median 80.3 %).
+DEFAULT_MAMF_EFFICIENCY = 0.80
+# Achievable fraction of spec memory bandwidth where no measurement is published: streaming
+# kernels (NVIDIA's copy benchmarks, BabelStream) reach ~80-90 % of the data sheet on A100/H100;
+# the low end, as timing.HBM_EFFICIENCY.
+ACHIEVABLE_BANDWIDTH_FRACTION = 0.80
+# The speed range of a plan on a card no published training run was measured on (issue 22).
+UNMEASURED_TRAINING_RANGE = (0.5, 1.3)
+
+MatmulBasis = Literal["measured", "derived", "default"]
+
+
+@dataclass(frozen=True)
+class MatmulCeiling:
+    """A card's maximum achievable dense matmul rate in one dtype, and where it comes from."""
+
+    tflops: float
+    spec_tflops: float
+    dtype: str  # "bf16", "fp16", "fp8" or "fp32"
+    basis: MatmulBasis  # measured on this card; derived from a measured relative; the default rule
+    how: str  # the benchmark, or the rule with the relative it was applied to
+
+    @property
+    def efficiency(self) -> float:
+        return self.tflops / self.spec_tflops if self.spec_tflops else 0.0
+
+
+def matmul_dtype(gpu: GpuSpec, precision: str = "bf16") -> str:
+    """The tensor dtype a training precision runs its matmuls in on `gpu`, with the same fallbacks
+    as GpuSpec.dense_tflops: fp8 only on fp8 cards, fp16 on cards without bf16 (T4, V100).
+
+    >>> matmul_dtype(get_gpu("H100-SXM-80GB"), "fp8"), matmul_dtype(get_gpu("A100-SXM4-80GB"), "fp8")
+    ('fp8', 'bf16')
+    >>> matmul_dtype(get_gpu("T4-16GB"), "bf16-mixed"), matmul_dtype(get_gpu("RTX-4090-24GB"), "fp16-mixed")
+    ('fp16', 'fp16')
+    """
+    if precision.startswith("fp8") and gpu.fp8_tflops:
+        return "fp8"
+    if precision.startswith("fp32"):
+        return "fp32"
+    if precision.startswith("fp16") or not gpu.bf16_tflops:
+        return "fp16" if gpu.fp16_tflops else "bf16"
+    return "bf16"
+
+
+def _spec_tflops(gpu: GpuSpec, dtype: str) -> float:
+    value = {"bf16": gpu.bf16_tflops, "fp16": gpu.fp16_tflops, "fp8": gpu.fp8_tflops,
+             "fp32": gpu.fp32_tflops}[dtype]
+    return value or 0.0
+
+
+def _measured_tflops(gpu: GpuSpec, dtype: str) -> float | None:
+    if dtype == "fp16" and gpu.mamf_fp16_tflops is None and gpu.fp16_tflops == gpu.bf16_tflops:
+        return gpu.mamf_bf16_tflops  # one tensor rate for both 16-bit formats: a bf16 GEMM measures it
+    if dtype == "bf16" and gpu.mamf_bf16_tflops is None and not gpu.bf16_tflops:
+        return gpu.mamf_fp16_tflops
+    return {"bf16": gpu.mamf_bf16_tflops, "fp16": gpu.mamf_fp16_tflops, "fp8": gpu.mamf_fp8_tflops}.get(dtype)
+
+
+def matmul_ceiling(gpu: GpuSpec, precision: str = "bf16") -> MatmulCeiling:
+    """The card's maximum achievable matmul TFLOPS for `precision` (a dtype or a training precision).
+
+    In order: the card's own published measurement; its `mamf_relative`'s measured efficiency
+    (measured / spec, same dtype) applied to its spec, lowered by the power rule where the record
+    says `mamf_rule = "power"`; for fp8 the card's bf16 efficiency x FP8_EFFICIENCY_RATIO; else the
+    spec x DEFAULT_MAMF_EFFICIENCY. A derived ceiling is capped at the spec.
+    """
+    dtype = matmul_dtype(gpu, precision)
+    spec = _spec_tflops(gpu, dtype)
+    own = _measured_tflops(gpu, dtype)
+    if own is not None:
+        return MatmulCeiling(own, spec, dtype, "measured", gpu.mamf_source)
+    if gpu.mamf_relative is not None:
+        relative = get_gpu(gpu.mamf_relative)
+        rel_tflops, rel_spec = _measured_tflops(relative, dtype), _spec_tflops(relative, dtype)
+        if rel_tflops is not None and rel_spec:
+            efficiency = rel_tflops / rel_spec
+            how = f"{relative.id}'s measured {dtype} efficiency {efficiency:.1%}"
+            if gpu.mamf_rule == "power":
+                scale = _power_scale(gpu, relative, dtype)
+                efficiency *= scale
+                how += (f" x {scale:.3f} for {gpu.power_w:g} W per {spec:g} TFLOPS against its "
+                        f"{relative.power_w:g} W per {rel_spec:g} (power rule, exponent {POWER_EXPONENT})")
+            # A derived ceiling never exceeds the spec: GeForce cards measure above it (boost clocks
+            # past the rated one in short benchmarks), which is no promise for a sustained run.
+            return MatmulCeiling(spec * min(1.0, efficiency), spec, dtype, "derived", how + " applied to the spec")
+    if dtype == "fp8":
+        base = matmul_ceiling(gpu, "bf16")
+        efficiency = min(1.0, base.efficiency) * FP8_EFFICIENCY_RATIO
+        return MatmulCeiling(spec * efficiency, spec, dtype, "derived" if base.basis != "default" else "default",
+                             f"bf16 efficiency {base.efficiency:.1%} x {FP8_EFFICIENCY_RATIO} (fp8 vs bf16 on H100 SXM)")
+    return MatmulCeiling(spec * DEFAULT_MAMF_EFFICIENCY, spec, dtype, "default",
+                         f"no measured relative: spec x {DEFAULT_MAMF_EFFICIENCY} (median of measured NVIDIA datacenter parts)")
+
+
+def _power_scale(gpu: GpuSpec, relative: GpuSpec, dtype: str) -> float:
+    if gpu.power_w is None or relative.power_w is None:
+        return 1.0
+    ours = gpu.power_w / _spec_tflops(gpu, dtype)
+    theirs = relative.power_w / _spec_tflops(relative, dtype)
+    return min(1.0, ours / theirs) ** POWER_EXPONENT
+
+
+def effective_matmul_tflops(gpu: GpuSpec, precision: str = "bf16") -> float:
+    """Maximum achievable dense matmul TFLOPS of `gpu` in `precision` (see matmul_ceiling).
+
+    >>> effective_matmul_tflops(get_gpu("H100-SXM-80GB"), "bf16")
+    794.5
+    """
+    return matmul_ceiling(gpu, precision).tflops
+
+
+def achievable_memory_bandwidth_gbps(gpu: GpuSpec) -> float:
+    """Device-memory bandwidth a streaming kernel reaches: the published measurement, else the
+    spec x ACHIEVABLE_BANDWIDTH_FRACTION."""
+    if gpu.memory_bandwidth_measured_gbps is not None:
+        return gpu.memory_bandwidth_measured_gbps
+    return gpu.memory_bandwidth_gbps * ACHIEVABLE_BANDWIDTH_FRACTION
+
+
+def unmeasured_training_note(gpu: GpuSpec) -> str | None:
+    """The line every plan on a card without a published training run carries (issue 22), or None."""
+    if gpu.training_measured:
+        return None
+    low, high = UNMEASURED_TRAINING_RANGE
+    return f"no published training run on this card: range widened to x{low:g}-x{high:g}"

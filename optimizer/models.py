@@ -72,6 +72,24 @@ class GpuSpec(BaseModel):
     host_arch: HostArch = "x86_64"  # the host CPU the card comes with (GH200: Grace, aarch64)
     bitsandbytes: Bitsandbytes = "supported"
     capability_notes: str = ""  # what the capability fields leave out (limits, versions)
+    # What the card really does, from published measurements (data/gpus.toml states these for every
+    # record; hardware.matmul_ceiling derives a card without a measurement from `mamf_relative`):
+    power_w: float | None = None  # board power limit (TDP/TGP, W); None: not published
+    # Maximum achievable matmul TFLOPS (MAMF): the best dense GEMM a published benchmark reached,
+    # per input dtype (fp32 accumulate; fp16 only where it differs from bf16 or there is no bf16).
+    mamf_bf16_tflops: float | None = None
+    mamf_fp16_tflops: float | None = None
+    mamf_fp8_tflops: float | None = None
+    mamf_source: str = ""  # the benchmark behind the mamf_* figures
+    mamf_relative: str | None = None  # unmeasured card: the measured card its ceiling derives from
+    mamf_rule: Literal["efficiency", "power"] = "efficiency"  # how (hardware.matmul_ceiling)
+    memory_bandwidth_measured_gbps: float | None = None  # achievable (stream/copy benchmark), where published
+    memory_bandwidth_source: str = ""
+    training_measured: bool = False  # a published, measured LLM training run exists on this card
+    training_source: str = ""  # where (or, when False, what was looked at)
+    # GPUs that share one NVLink domain: None = the node (HGX boards: 8); GB200/GB300 NVL72 = 72, so
+    # a rack's 4-GPU trays talk over NVLink, not the node fabric.
+    nvlink_domain_gpus: int | None = None
 
     @property
     def has_nvlink(self) -> bool:

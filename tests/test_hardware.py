@@ -153,6 +153,8 @@ stack = "cuda"
 host_arch = "x86_64"
 bitsandbytes = "supported"
 aliases = ["X one"]
+mamf_source = "no published GEMM measurement found for this card"
+training_source = "none found"
 sources = ["somewhere"]
 """
 
@@ -182,6 +184,19 @@ def test_parse_catalog_accepts_a_minimal_record_and_defaults_missing_optionals_t
     (GOOD_RECORD.replace('stack = "cuda"', 'stack = "metal"'), "stack"),
     (GOOD_RECORD.replace('aliases = ["X one"]', 'aliases = ["X one"]\nsheet_default_for = ["X"]'),
      "sheet_default_for X must be among its ambiguous_aliases"),
+    (GOOD_RECORD.replace('mamf_source = "no published GEMM measurement found for this card"\n', ''),
+     "mamf_source must say"),
+    (GOOD_RECORD.replace('training_source = "none found"\n', ''), "training_source must name"),
+    (GOOD_RECORD + "mamf_bf16_tflops = 20\n", "not within .0, 1.2 x spec 10"),  # a sparse figure
+    (GOOD_RECORD + "mamf_fp8_tflops = 5\n", "no fp8 tensor rate"),
+    (GOOD_RECORD + "mamf_bf16_tflops = 9\nmamf_relative = \"X-1GB\"\n", "not both"),
+    (GOOD_RECORD + 'mamf_relative = "Z-1GB"\n', "mamf_relative 'Z-1GB' is not in the catalog"),
+    (GOOD_RECORD + 'mamf_relative = "X-1GB"\n', "has no measured matmul ceiling"),
+    (GOOD_RECORD.replace('aliases = ["X one"]', 'aliases = ["X one"]\nmamf_relative = "Y-1GB"\nmamf_rule = "power"')
+     + GOOD_RECORD.replace("X-1GB", "Y-1GB").replace("X one", "Y one") + "mamf_bf16_tflops = 9\n",
+     "mamf_rule power needs power_w"),
+    (GOOD_RECORD + "power_w = 0\n", "power_w must be positive"),
+    (GOOD_RECORD + "nvlink_domain_gpus = 72\n", "nvlink_domain_gpus needs NVLink"),
 ])
 def test_parse_catalog_rejects_broken_catalogs_with_a_clear_message(text, message):
     with pytest.raises(ValueError, match=message):

@@ -177,7 +177,7 @@ def workload_options(f: Any) -> Any:
         click.option("--rope-scaling", type=FiniteFloatRange(min=1, min_open=True), metavar="FACTOR", default=None,
                      help="RoPE scaling factor you configure (YaRN, linear): lets --seq-len go past the model's "
                           "trained context, e.g. --rope-scaling 4 for Qwen2.5 at 128K."),
-        click.option("--optimizer", type=click.Choice(["adamw", "adamw-8bit", "paged-adamw", "sgd", "none"]),
+        click.option("--optimizer", type=click.Choice(["adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "none"]),
                      default="adamw", show_default=True),
         click.option("--optimizer-in-backward", is_flag=True, help="Step each parameter during backward (no gradient buffer)."),
         click.option("--grad-accumulation/--no-grad-accumulation", default=True, show_default=True,
@@ -200,10 +200,15 @@ def workload_options(f: Any) -> Any:
         click.option("--quant", type=click.Choice(["none", "nf4", "int8", "int4"]), default="none", show_default=True,
                      help="Weight quantisation for --mode inference."),
         click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="NF4 double quantisation (QLoRA)."),
-        click.option("--chunked-loss", is_flag=True, help="Chunked/fused cross-entropy (torchtune, Liger, unsloth)."),
+        click.option("--chunked-loss", is_flag=True,
+                     help="Chunked cross-entropy (torchtune CEWithChunkedOutputLoss): no whole-batch fp32 logits."),
+        click.option("--fused-loss", is_flag=True,
+                     help="Fused linear cross-entropy (Liger, unsloth, cut cross-entropy): the logits exist one "
+                          "chunk at a time."),
         click.option("--margin", type=FiniteFloatRange(0, 1), default=0.15, show_default=True,
-                     help="Headroom required over the nvidia-smi view, for fragmentation and spikes the "
-                          "estimate does not model (0.15 = 15 %)."),
+                     help="Headroom on the uncertain part of the allocated estimate (activations, loss, "
+                          "gathered weights) for spikes it does not model (0.15 = 15 %); the allocator slack "
+                          "already in the nvidia-smi view counts toward it."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -214,7 +219,7 @@ WORKLOAD_KEYS = ("model_name", "mode", "seq_len", "micro_batch", "gpus", "zero",
                  "offload", "grad_checkpointing", "flash_attention", "lora_rank", "lora_targets", "precision",
                  "allow_stack", "rope_scaling", "optimizer", "optimizer_in_backward", "grad_accumulation",
                  "tensor_parallel", "quant",
-                 "double_quant", "chunked_loss", "margin", "no_grad_checkpointing", "activation_offload", "compile_",
+                 "double_quant", "chunked_loss", "fused_loss", "margin", "no_grad_checkpointing", "activation_offload", "compile_",
                  "sequence_parallel", "pipeline_parallel", "virtual_stages", "context_parallel", "global_batch")
 
 
@@ -250,7 +255,8 @@ def _workload(kw: dict[str, Any]) -> tuple[Any, Any]:
         optimizer="none" if kw["mode"] == "inference" else kw["optimizer"],
         optimizer_in_backward=kw["optimizer_in_backward"], grad_accumulation=kw["grad_accumulation"],
         tensor_parallel=kw["tensor_parallel"] or 1,
-        quant=kw["quant"], double_quant=kw["double_quant"], chunked_loss=kw["chunked_loss"], margin=kw["margin"],
+        quant=kw["quant"], double_quant=kw["double_quant"], chunked_loss=kw["chunked_loss"],
+        fused_loss=kw["fused_loss"], margin=kw["margin"],
     )
     return model, setup
 

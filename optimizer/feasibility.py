@@ -169,7 +169,7 @@ def runtime_for(setup: TrainingSetup, gpu: GpuSpec, capabilities: Capabilities =
     if gpu.stack not in capabilities.allowed_stacks:
         return NoFit("capability", f"{gpu.id} needs {STACK_NAMES[gpu.stack]}, not CUDA: recipes, kernels and wheels "
                                    f"differ, so rentopt plans it only when allowed (--allow-stack {gpu.stack})")
-    uses_bnb = setup.mode == "qlora" or setup.optimizer in ("adamw-8bit", "paged-adamw") or (
+    uses_bnb = setup.mode == "qlora" or setup.optimizer in ("adamw-8bit", "paged-adamw", "paged-adamw-8bit") or (
         setup.mode == "inference" and setup.quant in _BNB_QUANT)
     if uses_bnb:
         what = "QLoRA's NF4 base" if setup.mode == "qlora" else (

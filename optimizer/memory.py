@@ -8,7 +8,8 @@ numbers measure different things (reference/memory-formulas.md §0):
 - reserved: what PyTorch's caching allocator holds (allocated + fragmentation slack);
 - device: what nvidia-smi shows (reserved + CUDA context, cuBLAS/NCCL workspaces).
 
-`required_gb_per_gpu` = device view x (1 + margin); feasibility compares it with the card.
+`required_gb_per_gpu` = the device view, or the allocated view with the margin on its uncertain part
+plus the CUDA context where that is larger; feasibility compares it with the card.
 
 The peak is the larger of two moments of a training step:
 - forward/backward: resident states + saved activations + the loss/logits transient (the
@@ -51,7 +52,15 @@ FP8_WEIGHT_CACHE_BYTES = 1
 # Optimizer state bytes per trainable parameter, excluding the master copy.
 # AdamW: m and v (EleutherAI Transformer Math 101). 8-bit Adam (bitsandbytes): 1 B each
 # (Dettmers et al. 2021, arXiv:2110.02861). SGD with momentum: one buffer.
-MOMENTS = {"adamw": 2, "paged-adamw": 2, "adamw-8bit": 2, "sgd": 1, "none": 0}
+MOMENTS = {"adamw": 2, "paged-adamw": 2, "adamw-8bit": 2, "paged-adamw-8bit": 2, "sgd": 1, "none": 0}
+EIGHT_BIT_OPTIMIZERS = ("adamw-8bit", "paged-adamw-8bit")
+# Paged optimizers (bitsandbytes PagedAdamW, PagedAdamW8bit) allocate their state with
+# cudaMallocManaged: unified memory that the driver pages to host RAM when the GPU is full, and
+# that PyTorch's caching allocator never sees (bitsandbytes docs "Paged optimizers";
+# memory-formulas.md §0, §6). A run that fits only with it has the state in host RAM, so the state
+# is charged there. The fp32 master copy of mixed precision is the model's own parameter, not
+# optimizer state: it stays on the GPU.
+PAGED_OPTIMIZERS = ("paged-adamw", "paged-adamw-8bit")
 
 # --- quantised storage ----------------------------------------------------------------------------
 # NF4: 4 bits per weight + one fp32 absmax per block of 64 = 4.5 bits; double quantisation stores
@@ -85,6 +94,14 @@ LOSS_FP32_BYTES = 12
 # the whole-sequence up-cast and gradient: torchtune's Llama-3.2-3B table drops 51.0 -> 42.9 GiB
 # with chunked CE alone at s*b*V = 1.05e9, ~8 B per element (torchtune README, memory-formulas.md §4.3).
 CHUNKED_LOSS_BYTES = 4
+# Fused linear cross-entropy (Liger FusedLinearCrossEntropy, unsloth, Apple's cut cross-entropy)
+# never holds the logits of the whole batch: it computes the loss and its gradient chunk by chunk
+# inside the forward. Liger sizes a chunk at about tokens x hidden / vocab rows (inc_factor =
+# ceil(V / H), chunk = next power of 2 of tokens / inc_factor; linkedin/Liger-Kernel
+# src/liger_kernel/ops/fused_linear_cross_entropy.py), so one chunk's logits are about s*b*h
+# elements: its 16-bit logits (2 B), their fp32 up-cast (4 B) and fp32 gradient (4 B), plus the
+# 16-bit gradient of the hidden states kept for backward (2 B) = 12 B per s*b*h.
+FUSED_LOSS_BYTES_PER_HIDDEN = 12
 
 # QLoRA activations are larger than LoRA's: bitsandbytes' 4-bit matmul saves its own 16-bit
 # input and dequantises each weight on the fly. LitGPT's Llama-2-7B runs (seq 1304, mb 1): LoRA
@@ -129,6 +146,10 @@ class _Bytes:
     optimizer: float = 0.0
     activations: float = 0.0  # saved for backward, or KV cache + prefill workspace for inference
     logits: float = 0.0  # loss path transient at the end of forward
+    # Gradient checkpointing: the one layer rebuilt at a time during backward. It exists only after
+    # the loss and its gradient have been consumed (backward runs the loss first, then lm_head,
+    # then recomputes the last layer), so it never coexists with the loss transient.
+    recompute: float = 0.0
     buffers: float = 0.0  # DDP buckets, dequantisation, ZeRO reduce buckets
     backward_gathered: float = 0.0  # parameters left unsharded by the end of backward (frozen FSDP units)
     grads_in_forward: bool = True  # gradient accumulation: earlier micro-steps' gradients live through forward
@@ -143,21 +164,27 @@ class _Bytes:
     @property
     def transient(self) -> float:
         """Memory freed and re-allocated every step: where the caching allocator fragments."""
-        return (self.activations + self.logits + self.gathered + self.gradients + self.buffers
-                + self.backward_gathered)
+        return (self.activations + self.logits + self.recompute + self.gathered + self.gradients
+                + self.buffers + self.backward_gathered)
+
+    @property
+    def forward_peak(self) -> float:
+        """Saved activations plus the larger of the loss transient (end of forward) and the
+        layer being recomputed (backward)."""
+        return self.activations + max(self.logits, self.recompute)
 
     @property
     def peak(self) -> float:
         # The forward/backward boundary holds every saved activation and the loss; the end of
         # backward holds whatever sharded training failed to release, with activations freed.
         if self.grads_in_forward:
-            return self.states + self.buffers + max(self.activations + self.logits, self.backward_gathered)
+            return self.states + self.buffers + max(self.forward_peak, self.backward_gathered)
         # Without gradient accumulation the gradients are created during backward while the saved
         # activations are freed layer by layer, so what is alive moves from (activations + loss) at
         # the end of forward to the gradients at the end of backward (zero_grad(set_to_none=True)
         # freed the last step's): the peak is the larger end.
         fixed = self.weights + self.gathered + self.optimizer + self.buffers
-        return fixed + max(self.activations + self.logits, self.gradients, self.backward_gathered)
+        return fixed + max(self.forward_peak, self.gradients, self.backward_gathered)
 
 
 @dataclass(frozen=True)
@@ -180,7 +207,7 @@ def _precision(setup: TrainingSetup) -> _Precision:
 
 
 def _moment_bytes(setup: TrainingSetup, prec: _Precision) -> float:
-    if setup.optimizer == "adamw-8bit":
+    if setup.optimizer in EIGHT_BIT_OPTIMIZERS:
         return 1.0
     return prec.moment
 
@@ -384,8 +411,11 @@ def _gradients_and_optimizer(model: ModelSpec, setup: TrainingSetup, prec: _Prec
     else:
         grad, master = prec.grad, prec.master
     moments = MOMENTS[setup.optimizer] * _moment_bytes(setup, prec)
-    offloaded = setup.offload in ("optimizer", "all") or setup.optimizer == "paged-adamw"
+    offloaded = setup.offload in ("optimizer", "all")
+    paged = setup.optimizer in PAGED_OPTIMIZERS and not offloaded
     state = T * (master + moments)
+    if paged:
+        state = T * master  # the moments are paged: charged to host RAM below
 
     if setup.zero and not adapters:
         grads16 = T * grad if setup.zero == 1 else (T * grad / dp if setup.zero == 2 else 0.0)
@@ -416,12 +446,13 @@ def _gradients_and_optimizer(model: ModelSpec, setup: TrainingSetup, prec: _Prec
 
     if setup.zero >= 1 or setup.fsdp:
         state /= dp
+    if paged:
+        paged_state = T * moments / (dp if setup.zero >= 1 or setup.fsdp else 1)
+        out.cpu_offload += paged_state
+        out.notes.append(f"paged optimizer: its {paged_state / GB:.2f} GB of state is in unified memory, "
+                         "counted against host RAM, not the GPU")
     if offloaded:
         out.cpu_offload += state
-        if setup.optimizer == "paged-adamw":
-            # Paged optimizers live in CUDA unified memory, paged to host under pressure, and are
-            # not counted by PyTorch's allocator (bitsandbytes docs; memory-formulas.md §0, §6).
-            out.notes.append("paged optimizer: its state is in unified memory, outside the allocator's count")
         state = 0.0
         if setup.offload == "all" and not _sharded(setup):
             out.notes.append("--offload all without ZeRO-3/FSDP only offloads the optimizer")
@@ -501,13 +532,16 @@ def _activations(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: 
     layer_input = _layer_input_bytes(model, setup, act)
     if setup.grad_checkpointing is not False and setup.recompute == "selective":
         kept = SELECTIVE_KEPT * per_layer + (1 - SELECTIVE_KEPT) * layer_input
-        saved = layers_here * kept + per_layer
+        saved = layers_here * kept
+        out.recompute += per_layer  # rebuilt in backward, after the loss transient is freed
         out.notes.append("selective checkpointing: about half of each layer's activations kept, the rest recomputed")
     elif setup.grad_checkpointing is not False:  # None (not given) is counted as on; see TrainingSetup
         # Layer inputs kept for every layer; one layer rebuilt during backward, plus the gradient
         # flowing through it (same size as its input).
-        saved = layers_here * layer_input + per_layer
-        out.notes.append("gradient checkpointing: layer inputs kept, one layer recomputed at a time")
+        saved = layers_here * layer_input
+        out.recompute += per_layer
+        out.notes.append("gradient checkpointing: layer inputs kept, one layer recomputed at a time "
+                         "(after the loss transient is freed)")
     else:
         saved = layers_here * per_layer
     saved *= pipeline_in_flight(setup)
@@ -519,9 +553,18 @@ def _activations(model: ModelSpec, setup: TrainingSetup, prec: _Precision, out: 
             saved = resident
         out.notes.append("activation offloading: saved activations in pinned host memory, two layers on the GPU")
     out.activations += saved
+    out.logits += _loss_bytes(model, setup)
+
+
+def _loss_bytes(model: ModelSpec, setup: TrainingSetup) -> float:
+    """The loss path's transient at the end of forward, per GPU (see LOSS_FP32_BYTES); context
+    parallel gives each GPU s/cp tokens of every sequence."""
+    s, b = setup.seq_len / setup.context_parallel, setup.micro_batch
+    if setup.fused_loss:
+        return s * b * model.hidden * FUSED_LOSS_BYTES_PER_HIDDEN / setup.tensor_parallel
     logit_bytes = 4 if setup.precision == "fp32" else 2
     loss_bytes = CHUNKED_LOSS_BYTES if setup.chunked_loss else LOSS_FP32_BYTES
-    out.logits += s * b * model.vocab * (logit_bytes + loss_bytes) / setup.tensor_parallel
+    return s * b * model.vocab * (logit_bytes + loss_bytes) / setup.tensor_parallel
 
 
 def _inference_activations(model: ModelSpec, setup: TrainingSetup, out: _Bytes) -> None:
@@ -570,6 +613,7 @@ def _breakdown(model: ModelSpec, setup: TrainingSetup, activation_scale: float =
     if activation_scale != 1.0:
         out.activations *= activation_scale
         out.logits *= activation_scale
+        out.recompute *= activation_scale
     return out
 
 
@@ -608,12 +652,17 @@ def _views(parts: _Bytes, setup: TrainingSetup) -> _Views:
     reserved = allocated + ALLOCATOR_SLACK * parts.transient
     context = CUDA_CONTEXT_GB * GB + (NCCL_BUFFERS_GB * GB if setup.gpus > 1 else 0.0)
     device = reserved + context
-    # The safety margin covers what is uncertain (activations, loss transients, gathered buffers,
-    # allocator slack, CUDA context); resident weights, gradients and optimizer state are known to
-    # the byte (ZeRO paper 16 B/param accounting), so margining them only rejects jobs that fit:
-    # the QLoRA paper fine-tunes LLaMA-65B on one 48 GB card (arXiv:2305.14314).
+    # The safety margin covers what is uncertain in the allocation (activations, loss transients,
+    # gathered buffers); resident weights, gradients and optimizer state are known to the byte
+    # (ZeRO paper 16 B/param accounting), so margining them only rejects jobs that fit: the QLoRA
+    # paper fine-tunes LLaMA-65B on one 48 GB card (arXiv:2305.14314). The margin and the
+    # allocator slack of the reserved view are the same headroom (the seeds' 15-20 % stands for
+    # fragmentation and spikes a formula leaves out), so the larger of the two counts, not their
+    # sum: charging both rejected Answer.AI's FSDP-QLoRA 7B at micro-batch 10 on two 24 GB cards
+    # (needed 27-28 GB by the sum; it ran at 20.97 GiB reserved, benchmarks_03_2024.md).
     states = parts.weights + parts.gradients + parts.optimizer
-    required = states + (device - states) * (1 + setup.margin)
+    margined = (allocated - states) * (1 + setup.margin) + context
+    required = states + max(device - states, margined)
     return _Views(allocated, reserved, device, states, required)
 
 
@@ -640,10 +689,10 @@ def _estimate(model: ModelSpec, setup: TrainingSetup, activation_scale: float) -
     # overhead is buffers + allocator slack + CUDA context.
     breakdown = MemoryBreakdown(
         weights=_r(parts.weights + parts.gathered
-                   + max(0.0, parts.backward_gathered - parts.activations - parts.logits)),
+                   + max(0.0, parts.backward_gathered - parts.forward_peak)),
         gradients=_r(parts.gradients),
         optimizer=_r(parts.optimizer),
-        activations=_r(parts.activations + parts.logits),
+        activations=_r(parts.forward_peak),
         overhead=_r(parts.buffers + (v.device - v.allocated)),
     )
     notes = _assumptions(model, setup) + parts.notes
@@ -731,8 +780,12 @@ def _assumptions(model: ModelSpec, setup: TrainingSetup) -> list[str]:
     if setup.trains:
         out.append("gradients counted as resident during forward (gradient accumulation)" if setup.grad_accumulation
                    else "no gradient accumulation: gradients exist only from backward on")
-        out.append("chunked cross-entropy: fp32 log-softmax kept per chunk" if setup.chunked_loss else
-                   "HF-style loss: 16-bit logits + fp32 up-cast, log-softmax and its gradient (--chunked-loss needs less)")
+        if setup.fused_loss:
+            out.append("fused linear cross-entropy: the logits exist one chunk at a time")
+        else:
+            out.append("chunked cross-entropy: fp32 log-softmax kept per chunk" if setup.chunked_loss else
+                       "HF-style loss: 16-bit logits + fp32 up-cast, log-softmax and its gradient "
+                       "(--chunked-loss or --fused-loss need less)")
     if setup.mode in ("lora", "qlora"):
         out.append(f"LoRA rank {setup.lora_rank} on {','.join(setup.lora_targets)}; dropout 0")
     if setup.mode == "qlora":

@@ -249,7 +249,7 @@ class ModelSpec(BaseModel):
 
 Mode = Literal["full", "lora", "qlora", "inference"]
 Precision = Literal["bf16-mixed", "bf16-true", "fp16-mixed", "fp32", "fp8"]
-OptimizerName = Literal["adamw", "adamw-8bit", "paged-adamw", "sgd", "none"]
+OptimizerName = Literal["adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "none"]
 Offload = Literal["none", "optimizer", "all"]
 # What gradient checkpointing recomputes: "full" reruns each layer's forward in backward (keeps
 # only layer inputs); "selective" keeps the matmul outputs and reruns the cheap ops around them
@@ -321,6 +321,9 @@ class TrainingSetup(BaseModel):
     # Chunked (torchtune CEWithChunkedOutputLoss) or fused (Liger, unsloth) cross-entropy: the
     # fp32 up-cast of the logits and its gradient are never materialised for the whole sequence.
     chunked_loss: bool = False
+    # Fused linear cross-entropy (Liger, unsloth, cut cross-entropy): the logits never exist for
+    # the whole batch, only one chunk at a time.
+    fused_loss: bool = False
     # Seeds (002): leave 15-20 % headroom over the estimate.
     margin: float = Field(0.15, ge=0, le=1)
 

@@ -47,12 +47,13 @@ def test_the_scale_is_the_one_worked_by_hand():
 
 
 def test_the_replan_uses_the_scaled_activations_with_the_margin_on_them_only():
-    # 20 GB measured: required = states + (20 - states) x 1.15 = 13.53 + 6.47 x 1.15 = 20.97 GB, which
-    # a 4090 (24,564 MiB = 25.8 GB) holds; 30 GB measured: 13.53 + 16.47 x 1.15 = 32.47 GB, which it
-    # does not, while a 48 GB A6000 (51.5 GB) does.
+    # The margin (15 % of the uncertain allocation) is smaller than the allocator slack already in
+    # the device view (20 % of what is re-allocated each step, here nearly all of the uncertain
+    # part), so the requirement is the measured device peak itself. 20 GB measured: a 4090
+    # (24,564 MiB = 25.8 GB) holds it; 30 GB: it does not, while a 48 GB A6000 (51.5 GB) does.
     for measured, fits_4090 in ((20.0, True), (30.0, False)):
         scale = activation_scale_for_peak(LLAMA7, SETUP, measured)
-        expected = STATES / 1e9 + (measured - STATES / 1e9) * 1.15
+        expected = measured
         fit = find_layout(LLAMA7, SETUP, NodeShape(gpu=get_gpu("RTX-A6000-48GB"), gpus_per_node=1),
                           activation_scale=scale)
         assert isinstance(fit, Fit) and fit.layout.required_gb_per_gpu == pytest.approx(expected, abs=0.02)
@@ -70,10 +71,10 @@ def test_a_peak_below_the_exact_model_states_is_refused():
 
 
 def test_a_sharded_measurement_never_makes_a_single_small_card_hold_a_full_fine_tune():
-    # 22 GB measured on ZeRO-3 over 8 GPUs is plausible there (13.5 GB of sharded states, 2 GB of
+    # 21.5 GB measured on ZeRO-3 over 8 GPUs is plausible there (13.5 GB of sharded states, 2 GB of
     # live parameters); the scale it implies cannot bring the exact 107.8 GB onto one 24 GB card.
     z3 = TrainingSetup(mode="full", gpus=8, zero=3)
-    scale = activation_scale_for_peak(LLAMA7, z3, 22.0)
+    scale = activation_scale_for_peak(LLAMA7, z3, 21.5)
     assert 0 <= scale < 1
     nofit = find_layout(LLAMA7, TrainingSetup(mode="full"), NodeShape(gpu=get_gpu("RTX-4090-24GB"), gpus_per_node=1),
                         activation_scale=scale)

@@ -56,7 +56,7 @@ def _optimizer(r: dict) -> str:
     if r["mode"] == "inference" or opt == "none":
         return "none"
     if "paged" in opt:
-        return "paged-adamw"
+        return "paged-adamw-8bit" if ("8-bit" in opt or "8bit" in opt) else "paged-adamw"
     if "8-bit" in opt or "8bit" in opt:
         return "adamw-8bit"
     if "sgd" in opt:
@@ -121,6 +121,10 @@ def record_setup(r: dict) -> TrainingSetup:
     )
     if "chunked ce" in r.get("notes", "").lower():
         kw["chunked_loss"] = True
+    if any(w in r.get("notes", "").lower() for w in ("liger", "fused linear cross", "cut cross-entropy")):
+        kw["fused_loss"] = True
+    if "optimizer_in_bwd" in r.get("notes", "").lower() or "optimizer in backward" in r.get("notes", "").lower():
+        kw["optimizer_in_backward"] = True
     if _fsdp_without_frozen_reshard(r):
         kw["fsdp_frozen_unsharded"] = True
     notes = r.get("notes", "").lower()

@@ -141,3 +141,17 @@ def test_gb200_and_gb300_are_nvl72_trays_of_four_on_grace():
 def test_grace_blackwell_names_never_fall_on_the_hgx_parts(spelling, gpu_id):
     assert normalise(spelling).gpu == gpu_id
     assert resolve_user_gpu(spelling).id == gpu_id
+
+
+def test_the_h200_ceilings_are_the_best_of_the_projects_own_device_run():
+    # tests/data/device/h200-2026-12-04.json: the best bf16 and fp8 GEMM of the shapes tried, and
+    # the device-to-device copy's read + write rate.
+    import json
+    from pathlib import Path
+
+    run = json.loads((Path(__file__).parent / "data" / "device" / "h200-2026-12-04.json").read_text(encoding="utf-8"))
+    best = {d: max(m["tflops"] for m in run["matmul"] if m["dtype"].startswith(d)) for d in ("bf16", "fp8")}
+    h200 = get_gpu("H200-SXM-141GB")
+    assert effective_matmul_tflops(h200, "bf16") == pytest.approx(best["bf16"], abs=0.05)
+    assert effective_matmul_tflops(h200, "fp8") == pytest.approx(best["fp8"], abs=0.05)
+    assert achievable_memory_bandwidth_gbps(h200) == pytest.approx(run["copy"]["read_plus_write_gb_s"], abs=0.5)

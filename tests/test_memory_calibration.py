@@ -42,10 +42,11 @@ def record_model(r: dict) -> ModelSpec:
 
 def _precision(r: dict) -> str:
     p, opt = r["precision"].lower(), r["optimizer"].lower()
-    if "fp32" in p:
-        return "fp32"
+    # "pure" first: "bf16 (pure: ..., no fp32 master copy)" names fp32 only to deny it.
     if "true" in p or "pure" in p or "bf16 states" in opt:
         return "bf16-true"
+    if "fp32" in p:
+        return "fp32"
     if "fp16" in p and "bf16" not in p:
         return "fp16-mixed"
     return "bf16-mixed"
@@ -123,7 +124,8 @@ def record_setup(r: dict) -> TrainingSetup:
         kw["chunked_loss"] = True
     if any(w in r.get("notes", "").lower() for w in ("liger", "fused linear cross", "cut cross-entropy")):
         kw["fused_loss"] = True
-    if "optimizer_in_bwd" in r.get("notes", "").lower() or "optimizer in backward" in r.get("notes", "").lower():
+    stated = f"{r['optimizer']} {r.get('notes', '')}".lower()
+    if "optimizer_in_bwd: true" in stated or "stepped in backward" in stated or "optimizer in backward" in stated:
         kw["optimizer_in_backward"] = True
     if _fsdp_without_frozen_reshard(r):
         kw["fsdp_frozen_unsharded"] = True

@@ -197,8 +197,10 @@ def record_layout(r: dict, setup: TrainingSetup, gpu: GpuSpec) -> Layout:
     nodes = r["num_nodes"] or 1
     domain = getattr(gpu, "nvlink_domain_gpus", None)
     if domain:  # GB200/GB300 NVL72: one NVLink domain across the rack's trays
-        per = min(n, domain)
-        nodes = max(1, n // per)
+        # the fewest NVLink domains that split the GPUs evenly (256 GPUs: 4 domains of 64)
+        nodes = -(-n // domain)
+        while n % nodes:
+            nodes += 1
     text = (r["interconnect"] or "").lower()
     if gpu.form_factor == "SXM":
         link, gbps = "nvlink", gpu.nvlink_gbps

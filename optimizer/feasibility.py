@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Literal
 
 from rentopt.optimizer.errors import InputError
+from rentopt.optimizer.hardware import hopper_or_newer
 from rentopt.optimizer.memory import estimate
 from rentopt.optimizer.models import (
     Fabric,
@@ -199,6 +200,14 @@ def runtime_for(setup: TrainingSetup, gpu: GpuSpec, capabilities: Capabilities =
                      f"for {precision}")
     if not setup.flash_attention:
         attention = "eager"
+    elif gpu.flash_attention >= 3 and gpu.stack == "cuda":
+        # Hopper runs Hopper-native fused attention (FlashAttention-3, cuDNN through PyTorch SDPA,
+        # Transformer Engine): the memory of FlashAttention-2, faster
+        attention = "flash-attention-3"
+    elif gpu.flash_attention >= 2 and gpu.stack == "cuda" and hopper_or_newer(gpu):
+        # datacenter Blackwell: cuDNN's fused attention through PyTorch SDPA / Transformer Engine
+        # (FlashAttention-3 is Hopper-only)
+        attention = "cudnn-fused"
     elif gpu.flash_attention >= 2:
         attention = "flash-attention-2"
     else:

@@ -603,7 +603,7 @@ FP8_EFFICIENCY_RATIO = 0.88
 DEFAULT_MAMF_EFFICIENCY = 0.80
 # Achievable fraction of spec memory bandwidth where no measurement is published: streaming
 # kernels (NVIDIA's copy benchmarks, BabelStream) reach ~80-90 % of the data sheet on A100/H100;
-# the low end, as timing.HBM_EFFICIENCY.
+# the low end.
 ACHIEVABLE_BANDWIDTH_FRACTION = 0.80
 # The speed range of a plan on a card no published training run was measured on (issue 22).
 UNMEASURED_TRAINING_RANGE = (0.5, 1.3)
@@ -717,6 +717,13 @@ def achievable_memory_bandwidth_gbps(gpu: GpuSpec) -> float:
     if gpu.memory_bandwidth_measured_gbps is not None:
         return gpu.memory_bandwidth_measured_gbps
     return gpu.memory_bandwidth_gbps * ACHIEVABLE_BANDWIDTH_FRACTION
+
+
+def hopper_or_newer(gpu: GpuSpec) -> bool:
+    """Hopper and datacenter Blackwell parts (not the GB202 workstation/GeForce die): the cards whose
+    tensor cores FlashAttention-2 does not use, and which run Hopper-native fused attention."""
+    arch = gpu.architecture.lower()
+    return any(a in arch for a in ("hopper", "blackwell")) and "gb202" not in arch
 
 
 def unmeasured_training_note(gpu: GpuSpec) -> str | None:

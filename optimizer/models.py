@@ -52,6 +52,9 @@ class GpuSpec(BaseModel):
     scaleup_gbps: float | None = None  # any intra-node fabric (NVLink, Infinity Fabric, ...)
     p2p: str = "pcie"
     pcie_gen: int | None = None
+    # GPU <-> host memory bandwidth per direction, GB/s, where it is not the PCIe slot's: Grace
+    # superchips (GH200, GB200, GB300) reach host memory over NVLink-C2C, 900 GB/s bidirectional.
+    host_link_gbps: float | None = None
     devices_per_card: int = 1
     max_gpus_per_node: int = 8
     aliases: tuple[str, ...] = ()

@@ -30,6 +30,13 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from rentopt.optimizer.errors import InputError
+from rentopt.optimizer.hardware import (
+    UNMEASURED_TRAINING_RANGE,
+    achievable_memory_bandwidth_gbps,
+    effective_matmul_tflops,
+    hopper_or_newer,
+    unmeasured_training_note,
+)
 from rentopt.optimizer.feasibility import (
     MIN_FABRIC_GBPS,
     PCIE_X16_GBPS,
@@ -50,45 +57,23 @@ from rentopt.optimizer.memory import (
 from rentopt.optimizer.models import GpuSpec, Layout, ModelSpec, TrainingSetup
 
 # --- measured hardware ceilings ----------------------------------------------------------------
-# Maximum achievable matmul FLOPS (BF16, best large shape) / dense peak: stas00/ml-engineering
-# compute/accelerator/README.md "Maximum Achievable Matmul FLOPS comparison table": A100 SXM
-# 267.9/312 = 85.9 %, A100 PCIe 82.2 %, H100 SXM 792.1/989 = 80.1 %, GH200 83.0 %, MI250X 76.7 %,
-# MI300X 60.1 %. Parts not in that table take the value of their nearest measured relative
-# (same architecture; GeForce/RTX parts the A100 PCIe figure); their fit residuals show whether
-# that holds (the 4090 rows in the calibration data do).
-MAMF_EFFICIENCY: dict[str, float] = {
-    "A100-SXM4-80GB": 0.859, "A100-SXM4-40GB": 0.859, "A800-SXM4-80GB": 0.859,
-    "A100-PCIe-80GB": 0.822, "A100-PCIe-40GB": 0.822, "A800-PCIe-80GB": 0.822,
-    "H100-SXM-80GB": 0.801, "H200-SXM-141GB": 0.801, "H800-SXM-80GB": 0.801, "H20-96GB": 0.801,
-    "GH200-96GB": 0.830, "GH200-144GB": 0.830,
-    "MI250X-128GB": 0.767, "MI300X-192GB": 0.601, "MI325X-256GB": 0.601,
-}
-MAMF_DEFAULT = 0.822  # A100 PCIe: the middle of the measured NVIDIA parts
-# fp8 (e4m3, per-tensor scales, torch._scaled_mm) / dense fp8 peak, own measurement on one H200
-# SXM (2026-12-04, torch 2.11.0+cu130; tests/data/device/h200-2026-12-04.json): 1,476-1,493
-# TFLOP/s on 8k-16k square shapes of 1,979 = 0.75, where bf16 reached 799-804 of 989 = 0.81 (the
-# H100's 0.80 above). Hopper parts take it; others their bf16 figure times the same 0.75/0.81.
-FP8_MAMF_EFFICIENCY: dict[str, float] = {
-    "H100-SXM-80GB": 0.753, "H200-SXM-141GB": 0.753, "H800-SXM-80GB": 0.753, "H20-96GB": 0.753,
-}
-FP8_OVER_BF16_EFFICIENCY = 0.753 / 0.812
-
-
-def matmul_efficiency(gpu: GpuSpec, precision: str) -> float:
-    """Achievable share of the card's dense peak for large GEMMs in `precision` (measured)."""
-    bf16 = MAMF_EFFICIENCY.get(gpu.id, MAMF_DEFAULT)
-    if precision == "fp8" and gpu.fp8_tflops:
-        return FP8_MAMF_EFFICIENCY.get(gpu.id, bf16 * FP8_OVER_BF16_EFFICIENCY)
-    return bf16
-# Achievable fraction of spec memory bandwidth for streaming kernels: NVIDIA's copy benchmarks
-# and BabelStream reach ~80-90 % of the data-sheet figure on A100/H100; we take the low end.
-HBM_EFFICIENCY = 0.80
+# Each card's maximum achievable matmul rate per dtype (hardware.effective_matmul_tflops: published
+# GEMM measurements, the project's own H200 run, or a measured relative's efficiency lowered by
+# the power rule for power-limited workstation parts) and its achievable memory bandwidth
+# (hardware.achievable_memory_bandwidth_gbps) are the card's ceilings here.
 # FlashAttention-2 backward does 2.5x the forward's matmul FLOPs (it recomputes the scores:
 # 5 matmuls against 2; Dao 2023, arXiv:2307.08691 §3.1.2).
 ATTN_BACKWARD_RATIO = 2.5
 # FlashAttention's rate grows with sequence length: FA2 paper Fig. 4 (A100, causal, head dim 128,
 # fwd+bwd) ~110 TFLOPS at 512 tokens, ~150 at 2k, ~170-190 at 8k-16k: s / (s + 350) fits it.
 ATTN_SEQ_HALF = 350.0
+# Hopper-native fused attention (cuDNN / FlashAttention-3 class, what PyTorch SDPA and Transformer
+# Engine run on Hopper and Blackwell today): own measurement on one H200 (2026-12-04, torch
+# 2.11.0+cu130, causal, head dim 128, bf16; tests/data/device/h200-2026-12-04.json): forward +
+# backward 305, 415, 501, 508, 532, 551 TFLOP/s at 1k, 2k, 4k, 8k, 16k, 32k tokens, against the
+# card's measured 804 TFLOP/s GEMM ceiling: 0.70 x s / (s + 740) fits them within 7 %.
+ATTN_NATIVE_RATE = 0.70
+ATTN_NATIVE_SEQ_HALF = 740.0
 # Eager attention materialises the scores: per head and token, s scores written and read about
 # 12 times over forward and backward (QK^T write, softmax read/write, dropout, AV read; backward
 # twice that), 2 bytes each.
@@ -105,7 +90,8 @@ LINK_RANGE = (0.6, 1.4)
 # Optimizer step, bytes moved per trainable parameter (read + write): AdamW fp32 master, two fp32
 # moments and the gradient read, written back, plus the bf16 copy and grad clipping/zeroing:
 # 4+4+4+4 read, 4+4+4+2 written, ~8 for clip-norm and zeroing = 38. 8-bit states: 1 byte each.
-OPTIMIZER_BYTES = {"adamw": 38.0, "paged-adamw": 38.0, "adamw-8bit": 26.0, "sgd": 18.0, "none": 0.0}
+OPTIMIZER_BYTES = {"adamw": 38.0, "paged-adamw": 38.0, "adamw-8bit": 26.0, "paged-adamw-8bit": 26.0, "sgd": 18.0,
+                   "none": 0.0}
 # CPU optimizer (ZeRO-Offload's CPU-Adam): host DRAM traffic of the same bytes at ~40 GB/s, what
 # a dual-socket server's AVX Adam sustains (Ren et al. 2021, arXiv:2101.06840, Fig. 5: ~1 s per
 # 10B-parameter step on 2 x 24 cores); a prior.
@@ -155,10 +141,10 @@ class SpeedParams:
 # Fitted by tools/fit_throughput.py (least squares on log rate over the fit sources named there);
 # re-run it after changing the model. Values are rounded to what the data can tell apart.
 FITTED = SpeedParams(
-    tokens_half=1.11e+03, hidden_half=136, attn_ampere=0.38, attn_hopper=0.173,
-    elem_bytes=67.4, loss_bytes=35.2, dequant_bytes=7.81,
-    layer_overhead_s=0.00486, overlap=0.887,
-    range_low=0.775, range_high=1.29,
+    tokens_half=968, hidden_half=635, attn_ampere=0.461, attn_hopper=0.230,
+    elem_bytes=54.2, loss_bytes=44.0, dequant_bytes=7.87,
+    layer_overhead_s=0.00508, overlap=0.90,
+    range_low=0.760, range_high=1.39,
 )
 
 
@@ -272,13 +258,19 @@ def _peak(gpu: GpuSpec, precision: str, *, matmul: bool) -> float:
     return gpu.dense_tflops(precision if matmul or precision != "fp8" else "bf16") * 1e12
 
 
-def _hopper_or_newer(gpu: GpuSpec) -> bool:
-    arch = gpu.architecture.lower()
-    return any(a in arch for a in ("hopper", "blackwell")) and "gb202" not in arch
+def _ceiling(gpu: GpuSpec, precision: str, *, matmul: bool) -> float:
+    """The card's measured achievable matmul FLOP/s for what runs (fp8 only for the linear layers:
+    Transformer Engine keeps attention in bf16)."""
+    return effective_matmul_tflops(gpu, precision if matmul or precision != "fp8" else "bf16") * 1e12
+
+
+def _pcie_gbps(gpu: GpuSpec) -> float:
+    return PCIE_X16_GBPS.get(gpu.pcie_gen or 4, 31.5)
 
 
 def _host_link_gbps(gpu: GpuSpec) -> float:
-    return PCIE_X16_GBPS.get(gpu.pcie_gen or 4, 31.5)
+    """GPU <-> host memory, GB/s per direction: NVLink-C2C on Grace superchips, else the PCIe slot."""
+    return gpu.host_link_gbps or _pcie_gbps(gpu)
 
 
 def _intra_gbps(layout: Layout, gpu: GpuSpec) -> float:
@@ -288,7 +280,7 @@ def _intra_gbps(layout: Layout, gpu: GpuSpec) -> float:
         # user's catalog entry that says NVLink without its bandwidth
         nominal = (layout.link_gbps or gpu.nvlink_gbps or 600.0) / 2
     else:
-        nominal = layout.link_gbps or _host_link_gbps(gpu)
+        nominal = layout.link_gbps or _pcie_gbps(gpu)
     return nominal * LINK_EFFICIENCY[layout.link]
 
 
@@ -361,14 +353,14 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
     m_gpu = m / cp  # tokens each GPU of the replica multiplies
     r = _recompute_share(layout, knobs) if trains else 0.0
     bwd = _backward_factor(mode) if trains else 0.0
-    bw = gpu.memory_bandwidth_gbps * 1e9 * HBM_EFFICIENCY
+    bw = achievable_memory_bandwidth_gbps(gpu) * 1e9
     L, h = model.layers, model.hidden
     f = model.intermediate * model.experts_per_token
 
-    # matmuls: the GEMMs are (m/cp tokens) x (hidden / tp) wide
-    peak_mm = _peak(gpu, layout.precision, matmul=True)
-    eff = matmul_efficiency(gpu, layout.precision)
-    eff *= m_gpu / (m_gpu + params.tokens_half) * (h / tp) / (h / tp + params.hidden_half)
+    # matmuls: the GEMMs are (m/cp tokens) x (hidden / tp) wide; the card's measured ceiling,
+    # lowered for few tokens or a narrow model
+    peak_mm = _ceiling(gpu, layout.precision, matmul=True)
+    eff = m_gpu / (m_gpu + params.tokens_half) * (h / tp) / (h / tp + params.hidden_half)
     mm_passes = 1.0 + bwd + r
     weights = matmul_params(model)
     mm_flops = 2.0 * weights * m_gpu * mm_passes / per_gpu
@@ -381,16 +373,17 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
     attn_fwd = attention_flops_forward(model, s) * m / (per_gpu * cp)
     attn_recompute = r if (layout.recompute != "selective" or knobs.recompute is not None) else 0.0
     passes = 1.0 + (ATTN_BACKWARD_RATIO if trains else 0.0) + attn_recompute
-    peak16 = _peak(gpu, layout.precision, matmul=False)
+    peak16 = _ceiling(gpu, layout.precision, matmul=False)
     if layout.attention == "eager":
         scores = model.heads * s * 2.0 * EAGER_SCORE_PASSES * L * m / (per_gpu * cp)
         matmuls = 1.0 + (2.0 if trains else 0.0) + attn_recompute  # the two attention matmuls, backward 2x
         t_attn = attn_fwd * matmuls / (peak16 * eff) + scores / bw
     else:
-        rate = params.attn_hopper if _hopper_or_newer(gpu) else params.attn_ampere
-        if layout.attention == "flash-attention-3" and _hopper_or_newer(gpu):
-            rate *= 1.6  # FA3 on H100: ~1.5-2x FA2 (Shah et al. 2024, arXiv:2407.08608)
-        t_attn = attn_fwd * passes / (peak16 * rate * s / (s + ATTN_SEQ_HALF))
+        if layout.attention in ("flash-attention-3", "cudnn-fused") and hopper_or_newer(gpu):
+            rate = ATTN_NATIVE_RATE * s / (s + ATTN_NATIVE_SEQ_HALF)
+        else:
+            rate = (params.attn_hopper if hopper_or_newer(gpu) else params.attn_ampere) * s / (s + ATTN_SEQ_HALF)
+        t_attn = attn_fwd * passes / (peak16 * rate)
 
     # memory-bound work; a forward is ~1/3 of forward + backward traffic
     fwd_share = 1.0 / 3.0 if trains else 1.0
@@ -491,7 +484,7 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
     t_opt = 0.0
     t_offload_opt = 0.0
     if trains:
-        if setup.optimizer == "paged-adamw":
+        if setup.optimizer.startswith("paged-"):
             # paged optimizer states are used because they do not fit: they live in host memory
             # and page in over PCIe for every step (bitsandbytes paged optimizers)
             t_opt = opt_bytes / host / accum
@@ -535,6 +528,10 @@ def throughput(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuS
     slow, _ = _rate(model, setup, layout, gpu, params, replace(knobs, link_scale=knobs.link_scale * LINK_RANGE[0]))
     fast, _ = _rate(model, setup, layout, gpu, params, replace(knobs, link_scale=knobs.link_scale * LINK_RANGE[1]))
     low, high = slow * params.range_low, fast * params.range_high
+    unmeasured = unmeasured_training_note(gpu)
+    if unmeasured:
+        # no published run anchors this card's rate: the range opens to what derived ceilings miss by
+        low, high = min(low, typical * UNMEASURED_TRAINING_RANGE[0]), max(high, typical * UNMEASURED_TRAINING_RANGE[1])
     n = layout.total_gpus
     if n == 1:  # one GPU scales perfectly by definition; offload, if any, is in its rate
         scaling, scaling_range = 1.0, (1.0, 1.0)
@@ -545,13 +542,15 @@ def throughput(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuS
     model_flops = flops_per_token(model, setup, recompute=0.0)
     mfu = model_flops * typical / n / _peak(gpu, layout.precision, matmul=True)
     notes = _notes(setup, layout, gpu, st, typical, mfu, scaling, params)
+    if unmeasured:
+        notes.insert(1, unmeasured)
     return Throughput(tokens_per_second=(low, typical, high), mfu=mfu, scaling_efficiency=scaling,
                       scaling_range=scaling_range, flops_per_token=model_flops, notes=tuple(notes), step=st)
 
 
 def _notes(setup: TrainingSetup, layout: Layout, gpu: GpuSpec, st: StepTime, rate: float, mfu: float,
            scaling: float, params: SpeedParams) -> list[str]:
-    out = [f"speed model fitted to published runs (llm-foundry, torchtune, Qwen, Answer.AI): typical "
+    out = [f"speed model fitted to published runs (llm-foundry, torchtune, Qwen, Answer.AI, NeMo/Megatron, torchtitan): typical "
            f"{rate:,.0f} tokens/s, MFU {mfu:.0%}; range x{params.range_low:.2f}-x{params.range_high:.2f} "
            "from the fit's spread and the link bandwidth"]
     parts = {"matmuls": st.matmul, "attention": st.attention, "memory-bound work": st.memory_bound,

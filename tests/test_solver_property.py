@@ -22,6 +22,7 @@ the cent), each plan its group's best, and "no plan" exactly when brute force fi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import datetime, timezone
 from decimal import ROUND_HALF_UP, Decimal
@@ -428,10 +429,18 @@ def _trainer_and_three_validators(slow: dict) -> list[Offer]:
             _l40s("VF", [PriceOption(unit="hour", amount=Decimal("1.50"))], **at_most_5h)]
 
 
+def _deadline_after_training(req: QuoteRequest, catalog: list[Offer], spare_hours: Decimal) -> Decimal:
+    """A deadline (days) that leaves `spare_hours` after T's training at the slow end of its speed
+    range, whatever the speed model makes of it (the deadline is the input these tests set)."""
+    inst = plan_instance(req, catalog, FX).instance
+    t_wall = min(c.wall for c in inst.train if ":T:" in c.id)
+    return (t_wall + spare_hours) / 24
+
+
 def test_under_a_deadline_nothing_is_narrowed_away_for_being_dear(monkeypatch):
     """With a deadline a dearer validation can be the only one fast enough: VS and VS2 (0.50 and
-    0.55/h) download at 100 Mbit/s, VF (1.50/h) at 10 Gbit/s; 82.9 h leaves room after T's
-    training (81.7 h at the slow end) for VF's 1.0 h, not for VS's 1.5 h. Validating on VF and
+    0.55/h) download at 100 Mbit/s, VF (1.50/h) at 10 Gbit/s; 1.25 h after T's training at the
+    slow end leaves room for VF's 1.0 h, not for VS's 1.5 h. Validating on VF and
     destroying it beats validating on T itself (2.00/h), so VF must reach the exact pass."""
     import rentopt.optimizer.planner as planner
 
@@ -439,7 +448,8 @@ def test_under_a_deadline_nothing_is_narrowed_away_for_being_dear(monkeypatch):
     monkeypatch.setattr(planner, "HEADS", 2)  # VS and VS2: two cheaper validations than VF
     catalog = _trainer_and_three_validators({"net_down_mbps": 100.0, "net_up_mbps": 100.0})
     req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(1),
-                       deadline_days=Decimal("3.455"), top=TOP_K)
+                       top=TOP_K)
+    req = dataclasses.replace(req, deadline_days=_deadline_after_training(req, catalog, Decimal("1.25")))
     best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]
     assert best.choice.validate.startswith("v:a:VF:") and best.choice.idle == "destroy"
     _check(req, catalog, "auto")
@@ -449,8 +459,8 @@ def test_under_a_deadline_nothing_is_narrowed_away_for_being_dear(monkeypatch):
 def test_a_validation_slow_to_copy_out_does_not_count_as_fast(monkeypatch, heads_from):
     """Destroying a validation first copies its data and checkpoint out (20 GB + 0.03 GB): VS
     and VS2 (0.50, 0.55/h) upload at 100 Mbit/s, 0.45 h of it, VF (1.50/h) at 10 Gbit/s, under
-    a minute; all three download fast. T trains in 81.66 h at the slow end, so a 3.45-day
-    deadline (82.8 h) leaves room for VF's 1.01 h but not VS's 1.45 h. If the first pass took
+    a minute; all three download fast. A deadline 1.2 h after T's training at the slow end
+    leaves room for VF's 1.01 h but not VS's 1.45 h. If the first pass took
     the validation's wall without the copy-out, VS and VS2 would look cheaper and no slower, VF
     would be dropped as dominated, and the quote would validate on T itself (0.50 dearer)."""
     import rentopt.optimizer.planner as planner
@@ -459,7 +469,8 @@ def test_a_validation_slow_to_copy_out_does_not_count_as_fast(monkeypatch, heads
     monkeypatch.setattr(planner, "HEADS", 2)
     catalog = _trainer_and_three_validators({"net_up_mbps": 100.0})
     req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(1),
-                       data_gb=Decimal(20), deadline_days=Decimal("3.45"), top=TOP_K)
+                       data_gb=Decimal(20), top=TOP_K)
+    req = dataclasses.replace(req, deadline_days=_deadline_after_training(req, catalog, Decimal("1.2")))
     best = solve(plan_instance(req, catalog, FX).instance, top_k=TOP_K).plans[0]
     assert best.choice.validate.startswith("v:a:VF:") and best.choice.idle == "destroy"
     _check(req, catalog, "auto")  # and the totals are the brute force's

@@ -33,8 +33,46 @@ HELD_OUT_ID_PREFIXES = ("aai-a5000", "aai-6000ada", "aai-a100", "aai-h100", "aai
 ASSUMED_FABRIC_GBPS = {"Ampere": 1600.0, "Hopper": 3200.0}
 
 
+DEVICE_RUNS = Path(__file__).parent / "data" / "device"
+
+
 def load_records() -> list[dict]:
-    return json.loads(DATA.read_text(encoding="utf-8"))
+    return json.loads(DATA.read_text(encoding="utf-8")) + device_records()
+
+
+def device_records() -> list[dict]:
+    """The project's own training steps on a lent accelerator (tools/device_calibration.py): small
+    randomly initialised Llama-shaped decoders, one GPU, one optimizer step per micro-batch, every
+    third case held out."""
+    out = []
+    for path in sorted(DEVICE_RUNS.glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        gpu = run["device"]
+        for i, case in enumerate(c for c in run.get("training", []) if "tokens_per_second" in c):
+            full = case["mode"] == "full"
+            out.append({
+                "id": f"own-{path.stem}-{case['case']}-{case['mode']}-s{case['seq_len']}-b{case['micro_batch']}"
+                      f"-{'gc' if case['grad_checkpointing'] else 'nogc'}",
+                "kind": "measured", "source_family": "rentopt-own-device",
+                "source": f"tests/data/device/{path.name} (tools/device_calibration.py, {run['date']}, "
+                          f"torch {run['torch']}, CUDA {run['cuda']})",
+                "quote": json.dumps(case, sort_keys=True),
+                "model": f"random {case['case']} decoder", "params_b": case["params"] / 1e9,
+                "layers": case["layers"], "hidden": case["h"], "heads": case["heads"], "kv_heads": case["kv"],
+                "vocab": case["vocab"], "intermediate": case["inter"],
+                "mode": case["mode"], "lora_rank": None if full else 16, "lora_targets": None if full else "all-linear",
+                "precision": "bf16 (autocast over fp32 weights)" if full else "bf16 base, fp32 adapters",
+                "optimizer": "adamw (fused)", "gpu": gpu, "gpu_class": "datacenter", "num_gpus": 1, "num_nodes": 1,
+                "interconnect": None, "parallelism": "single", "seq_len": case["seq_len"],
+                "micro_batch": case["micro_batch"], "global_batch": case["micro_batch"],
+                "global_batch_unit": "sequences", "grad_checkpointing": case["grad_checkpointing"],
+                "flash_attention": True, "packing": True, "measured": {"grad_accum": 1},
+                "tokens_per_s_per_gpu": case["tokens_per_second"],
+                "framework": "plain PyTorch eager (SDPA, fused AdamW)",
+                "notes": "own measurement; mean of 4 steps after 2 warm-up steps",
+                "split": "held-out" if i % 3 == 2 else "fit",
+            })
+    return out
 
 
 def rate_records() -> list[dict]:
@@ -93,6 +131,8 @@ def record_gpu(r: dict) -> GpuSpec:
                 if spec.id.startswith(key):
                     return spec
             raise GpuNotInCatalog(f"{key} has no entry in the GPU catalog")
+    if g.strip() == "NVIDIA H200":  # nvidia-smi's name for the SXM part
+        return get_gpu("H200-SXM-141GB")
     for key, gid in (("H200", "H200-SXM-141GB"), ("B200", "B200-SXM-180GB"), ("B300", "B300-SXM-288GB"),
                      ("H100", "H100-SXM-80GB"), ("4090", "RTX-4090-24GB"), ("3090", "RTX-3090-24GB"),
                      ("A5000", "RTX-A5000-24GB"), ("6000 Ada", "RTX-6000-Ada-48GB"), ("A6000", "RTX-A6000-48GB")):
@@ -128,9 +168,10 @@ def _grad_checkpointing(r: dict) -> bool:
         return ac in ("full", "selective")
     if r["grad_checkpointing"] is not None:
         return bool(r["grad_checkpointing"])
-    # Megatron's benchmark runs selective (attention-core) recompute, which FlashAttention makes
-    # free; torchtune's and Qwen's recipes turn checkpointing on by default.
-    return r["source_family"] != "nvidia-megatron-lm"
+    # Megatron's and NeMo's benchmark recipes run no recompute or only selective (attention-core)
+    # recompute, which fused attention makes free; torchtune's and Qwen's recipes turn
+    # checkpointing on by default.
+    return not r["source_family"].startswith("nvidia-")
 
 
 def _optimizer(r: dict) -> tuple[str, bool]:
@@ -142,10 +183,20 @@ def _optimizer(r: dict) -> tuple[str, bool]:
     return "adamw", "backward" in opt
 
 
+def _micro_batch(r: dict) -> int:
+    """Sequences per micro-batch. torchtitan's pipelines split each rank's local batch into as many
+    micro-batches as there are stages unless told otherwise (torchtitan pipelining docs)."""
+    local = r["micro_batch"] or 1
+    pp = r.get("pp") or 1
+    if pp > 1 and "torchtitan" in r["framework"].lower() and local % pp == 0:
+        return local // pp
+    return local
+
+
 def record_setup(r: dict) -> TrainingSetup:
     mode = _mode(r)
     optimizer, in_backward = _optimizer(r)
-    kw = dict(mode=mode, seq_len=r["seq_len"] or 2048, micro_batch=r["micro_batch"] or 1, gpus=r["num_gpus"] or 1,
+    kw = dict(mode=mode, seq_len=r["seq_len"] or 2048, micro_batch=_micro_batch(r), gpus=r["num_gpus"] or 1,
               grad_checkpointing=_grad_checkpointing(r), flash_attention=r["flash_attention"] is not False,
               precision="fp8" if r.get("fp8") or "fp8" in r["precision"].lower() else "bf16-mixed",
               optimizer=optimizer, optimizer_in_backward=in_backward)
@@ -217,7 +268,7 @@ def record_layout(r: dict, setup: TrainingSetup, gpu: GpuSpec) -> Layout:
     par = _parallel(r)
     attention = "flash-attention-2" if setup.flash_attention else "eager"
     framework = r["framework"].lower()
-    if any(k in framework for k in ("megatron", "transformer engine", "te kernels")) \
+    if any(k in framework for k in ("megatron", "transformer engine", "te kernels", "sdpa, fused adamw")) \
             and any(a in gpu.architecture for a in ("Hopper", "Blackwell")):
         # Megatron-Core runs Transformer Engine's fused (cuDNN) attention, Hopper-native like FA3
         attention = "flash-attention-3"
@@ -234,7 +285,9 @@ def record_knobs(r: dict, setup: TrainingSetup, layout: Layout) -> Knobs:
     per_replica = setup.micro_batch * setup.seq_len
     measured = r.get("measured") or {}
     unit = (r.get("global_batch_unit") or "").lower()
-    if measured.get("grad_accum"):
+    if _structured(r) and r.get("global_batch") and "sequences" in unit:
+        tokens = r["global_batch"] * setup.seq_len  # the stated global batch (pipelines split it)
+    elif measured.get("grad_accum"):
         tokens = per_replica * layout.data_parallel * measured["grad_accum"]
     elif r.get("global_batch") and "sequences" in unit:
         tokens = r["global_batch"] * setup.seq_len

@@ -413,8 +413,10 @@ _positive_decimal_option = _decimal_option(allow_zero=False, maximum=1e9)
               help="Plan over this JSON (`rentopt offers --format json`) or hand-written CSV instead of the store.")
 @click.option("--currency", default="USD", show_default=True, help="Currency of the quote (offers are converted).")
 @click.option("--fx", "fx_overrides", multiple=True, metavar="CODE=RATE", help="Exchange rate override, units per USD (--fx CNY=7.1).")
-@click.option("--validate-hours", callback=_hours_option, default="4", show_default=True, metavar="H",
-              help="Length of the validation run: the same job at micro-batch 1, on a cheap instance of the training GPU.")
+@click.option("--validate-hours", callback=_hours_option, default=None, metavar="H",
+              help="Length of the validation run: the same job at micro-batch 1, on a cheap instance of the training "
+                   "GPU. Default: sized to the job, 10 % of the training time, at least 0.5 h (100 steps to steady "
+                   "memory and speed), at most 4 h; the quote says which.")
 @click.option("--no-validate", is_flag=True, help="Skip the validation stage.")
 @click.option("--idle-days", callback=_idle_days_option, default="0", show_default=True, metavar="N",
               help="Gap between validation and training (keep the instance stopped, or destroy: priced both ways).")
@@ -437,18 +439,27 @@ _positive_decimal_option = _decimal_option(allow_zero=False, maximum=1e9)
               help="Tokens/s measured in validation: calibrates every layout's speed (where: --measured-on).")
 @click.option("--measured-on", "measured_on", metavar="SPEC",
               help="The layout the measurements were taken on (default: the --days reference).")
-@click.option("--explain", is_flag=True, help="List every rejected offer with the number that failed.")
+@click.option("--explain", is_flag=True,
+              help="List every rejected offer with the number that failed; with no plan, the binding constraint, "
+                   "the closest misses and the rejections by reason.")
 @click.option("--allow-suspect", is_flag=True,
               help="Also plan with suspect prices (under 1/5 of what the other providers ask for the GPU; "
                    "held out by default, listed by --explain and `rentopt offers --suspect`).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option("--details", "-v", "details", is_flag=True,
+              help="The whole quote: every plan's stages, line items, notes and price sources, and the assumptions "
+                   "(default: one screen with the plans and the #1 plan's stages).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"], case_sensitive=False), default="table",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the quote to FILE instead of stdout (written whole or not at all).")
 def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: float | None, days: Any,
                   on_spec: str | None, rent_days: Any, gpu_names: tuple[str, ...], exclude_gpus: tuple[str, ...],
                   min_gpu_memory: float | None, max_nodes: int, providers: str | None, offers_file: Path | None,
                   currency: str, fx_overrides: tuple[str, ...], validate_hours: Any, no_validate: bool, idle_days: Any,
                   keep_checkpoints: int, data_gb: Any, deadline_days: Any, budget: Any, top: int, spot: bool,
                   checkpoint_every: Any, measured_peak_gb: float | None, measured_tokens_per_second: float | None,
-                  measured_on: str | None, explain: bool, allow_suspect: bool, fmt: str, **kw: Any) -> None:
+                  measured_on: str | None, explain: bool, allow_suspect: bool, details: bool, fmt: str,
+                  output: Path | None, **kw: Any) -> None:
     """The cheapest way to run a training job, as whole-job plans priced line by line.
 
     \b
@@ -474,6 +485,8 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     ingress; an unknown price is shown as unknown, never as 0. No feasible plan: exit status 3
     with the binding constraint.
     """
+    from decimal import Decimal
+
     from rentopt.optimizer.catalog import load_offers
     from rentopt.optimizer.currency import FxTable, parse_fx_option
     from rentopt.optimizer.feasibility import Pins
@@ -501,7 +514,8 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     request = QuoteRequest(
         model=model, setup=setup, tokens=tokens, days=days, rent_days=rent_days,
         reference=parse_reference(on_spec) if on_spec else None, currency=currency.strip().upper(),
-        validate_hours=None if no_validate else validate_hours, idle_days=idle_days,
+        validate_hours=None if no_validate else (validate_hours or Decimal(4)), idle_days=idle_days,
+        validate_sized=validate_hours is None and not no_validate,
         keep_checkpoints=keep_checkpoints, data_gb=data_gb, deadline_days=deadline_days, budget=budget,
         top=top, spot=spot, allow_suspect=allow_suspect, checkpoint_every_hours=checkpoint_every, measured_peak_gb=measured_peak_gb,
         measured_tokens_per_second=measured_tokens_per_second,
@@ -511,12 +525,27 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     offers = load_offers(_comma_list(providers), offers_file, lazy=True)
     quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
     if fmt == "json":
-        click.echo(quote_json(quote))
+        text = quote_json(quote) + "\n"
     elif fmt == "markdown":
-        click.echo(quote_markdown(quote, job=_job_line(model, setup)))
+        text = quote_markdown(quote, job=_job_line(model, setup)) + "\n"
     else:
-        click.echo(_job_line(model, setup))
-        click.echo(quote_table(quote, explain=explain))
+        text = quote_table(quote, explain=explain, details=details, job=_job_line(model, setup)) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        _write_output(output, text, "quote")
+
+
+def _write_output(path: Path, text: str, what: str) -> None:
+    """Write a command's answer to -o FILE whole (temp file, fsync, rename), or say why not."""
+    from rentopt.optimizer.errors import InputError
+    from rentopt.optimizer.paths import write_atomically
+
+    try:
+        write_atomically(path, text)
+    except OSError as exc:
+        raise InputError(f"cannot write the {what} to {path}: {exc.strerror or exc}; choose another -o path") from None
+    click.echo(f"wrote {path}", err=True)
 
 
 def _job_line(model: Any, setup: Any) -> str:

@@ -232,6 +232,8 @@ class QuoteRequest:
     pins: Pins = Pins()
     gpu_filter: GpuFilter = GpuFilter()
     tokens_basis: str = "--tokens"
+    # True: `validate_hours` is worked out from the job (sized_validation), not given by the user
+    validate_sized: bool = False
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.tokens, self.days, self.rent_days)) != 1:
@@ -364,6 +366,64 @@ def default_reference(model: ModelSpec, setup: TrainingSetup, pins: Pins) -> tup
             return ref, fit
     raise InputError(f"the job does not fit on up to {REFERENCE_MAX_NODES} nodes of 8 x {REFERENCE_GPU}, so --days "
                      "has no reference to be measured on; give the job's size with --tokens")
+
+
+# Validation sized to the job (`--validate-hours` not given): a share of the training time,
+# never less than what loading the model and reaching steady memory and speed take, never more
+# than the long-standing 4 h default. Memory peaks by the first optimizer step and throughput
+# settles after the warm-up steps (CUDA graph/cuDNN autotuning, the data loader filling its
+# queue); 100 steps at micro-batch 1 covers both with room, and loading a 70B checkpoint from
+# local disk takes minutes, so the floor is half an hour.
+VALIDATE_SHARE = Decimal("0.10")
+VALIDATE_MIN_STEPS = 100
+VALIDATE_MIN_HOURS = Decimal("0.5")
+VALIDATE_MAX_HOURS = Decimal(4)
+
+
+def sized_validation(req: QuoteRequest) -> tuple[Decimal, str]:
+    """The validation run's length when the user did not give one, and the sentence that says why.
+
+    The share is of the training time on the --days reference (for --tokens: on the default
+    reference, the fewest A100-SXM-80GB that hold the job; for --rent-days: the rental).
+    """
+    if req.rent_days is not None:
+        train_hours, where = req.rent_days * 24, "the rental"
+        step_rate: float | None = None
+    else:
+        if req.reference is not None:
+            ref = req.reference
+            fit = find_layout(req.model, req.setup, _reference_shape(ref), pins=req.pins)
+            if isinstance(fit, NoFit):
+                raise InputError(f"--on {ref.text}: the job does not fit there ({fit.reason}); pick a layout that holds it")
+        else:
+            ref, fit = default_reference(req.model, req.setup, req.pins)
+        rate = speed_of(req.model, req.setup, fit.layout, get_gpu(ref.gpu)).typical
+        tokens = req.tokens if req.tokens is not None else rate * float(req.days * 24) * 3600  # type: ignore[operator]
+        train_hours = Decimal(str(tokens / rate / 3600))
+        where = f"training on {ref.text}"
+        # one micro-batch-1 step per GPU of the reference moves seq_len tokens on each
+        step_rate = rate / (ref.gpus * ref.nodes)
+    steps_hours = (Decimal(str(VALIDATE_MIN_STEPS * req.setup.seq_len / step_rate / 3600))
+                   if step_rate else Decimal(0))
+    floor = max(VALIDATE_MIN_HOURS, steps_hours)
+    share = train_hours * VALIDATE_SHARE
+    hours = min(VALIDATE_MAX_HOURS, max(floor, share)).quantize(Decimal("0.01"), rounding=ROUND_CEILING)
+    if share >= VALIDATE_MAX_HOURS:
+        why = f"the {VALIDATE_MAX_HOURS} h cap (10 % of the {_hours_text(train_hours)} h of {where} would be more)"
+    elif share >= floor:
+        why = f"10 % of the {_hours_text(train_hours)} h of {where}"
+    else:
+        why = (f"the least that loads the model and runs {VALIDATE_MIN_STEPS} steps to steady memory and speed "
+               f"(10 % of the {_hours_text(train_hours)} h of {where} would be less)")
+    return hours, f"validation: {_hours_text(hours)} h, {why}; --validate-hours sets it, --no-validate skips it"
+
+
+def _hours_text(hours: Decimal) -> str:
+    """
+    >>> _hours_text(Decimal("0.5")), _hours_text(Decimal("240.0833"))
+    ('0.50', '240.08')
+    """
+    return f"{hours.quantize(Decimal('0.01')):,}"
 
 
 @dataclass(frozen=True)
@@ -510,6 +570,7 @@ class Candidate:
     hours_high: Decimal | None = None
     notes: tuple[str, ...] = ()
     signature: Signature | None = None
+    key_notes: tuple[str, ...] = ()  # the notes that can change the choice (not the speed model's account)
 
     @property
     def id(self) -> str:
@@ -1148,7 +1209,7 @@ class _Planner:
                       import_gb=prep.import_gb, out_gb=prep.export_gb)
             train.append(Candidate(use, o, fit.layout, gpu, speed, tokens, prep.disk_gb, prep.import_gb,
                                    prep.export_gb, _hours(import_h + low + export_h), _hours(import_h + high + export_h),
-                                   tuple(notes), Signature.of(fit.layout)))
+                                   tuple(notes), Signature.of(fit.layout), tuple(notes[len(speed.notes):])))
         validate: list[Candidate] = []
         if va is not None:
             for i in np.flatnonzero(keep_v):
@@ -1352,6 +1413,14 @@ def _v_keys(c: Candidate) -> frozenset:
     return frozenset({(c.gpu.id, c.signature), ("arch:" + c.gpu.architecture, c.signature)})
 
 
+def with_sized_validation(req: QuoteRequest) -> QuoteRequest:
+    """`req` with its validation length worked out (once) when the user did not give one."""
+    if not req.validate_sized or req.validate_hours is None:
+        return req
+    hours, _ = sized_validation(req)
+    return replace(req, validate_hours=hours, validate_sized=False)
+
+
 def plan_instance(req: QuoteRequest, offers: Sequence[Offer] | OfferTable, fx: FxTable, *,
                   first_pass: bool = True) -> Planned:
     """The solver's instance for `req` over `offers` (a list of offers or an OfferTable; no I/O
@@ -1361,6 +1430,7 @@ def plan_instance(req: QuoteRequest, offers: Sequence[Offer] | OfferTable, fx: F
     that check the first pass against everything it could have kept).
     """
     fx.rate(req.currency)  # an unknown quote currency is an input error before any work
+    req = with_sized_validation(req)
     table = offers if isinstance(offers, OfferTable) else OfferTable.from_offers(list(offers))
     return _Planner(req, table, fx, first_pass).build()
 
@@ -1416,6 +1486,10 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     `rejected_count` (a table without --explain does not need 10,000 rejection records).
     """
     table = offers.table()
+    validation_note = None
+    if req.validate_sized and req.validate_hours is not None:
+        hours, validation_note = sized_validation(req)
+        req = replace(req, validate_hours=hours, validate_sized=False)
     if req.measured_peak_gb is not None and req.measured is None:
         req = replace(req, measured=_peak_scale(req, table, fx))
     planned = plan_instance(req, table, fx)
@@ -1430,6 +1504,8 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     used = [planned.candidates[uid].offer for b in solution.plans for uid in (b.choice.train, b.choice.validate) if uid]
     prep = planned.prep
     assumptions = list(prep.train_memory.assumptions[:1]) + prep.notes + list(planned.work.notes)
+    if validation_note:
+        assumptions.append(validation_note)
     assumptions.append(f"disk {prep.disk_gb} GB = base weights + {req.data_gb} GB data + "
                        f"{req.keep_checkpoints} checkpoints of {_gb(prep.train_memory.checkpoint_gb)} GB")
     dated = [(o.currency, o.fetched_at) for o in used]
@@ -1478,7 +1554,8 @@ def _stage(kind: str, c: Candidate, bill, hours: Decimal, layout: str, gpus: int
                      gpus=c.use.nodes * c.offer.gpus if gpus is None else gpus, nodes=c.use.nodes, layout=layout,
                      hours=hours, billing=_money_lines(bill), cost=bill.cost, unknown_charges=list(bill.unknown),
                      precision=c.layout.precision if gpus is None else None,
-                     attention=c.layout.attention if gpus is None else None, notes=list(notes))
+                     attention=c.layout.attention if gpus is None else None,
+                     link=c.layout.link if gpus is None else None, notes=list(notes))
 
 
 def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan:
@@ -1489,6 +1566,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
     v = cands[bill.choice.validate] if bill.choice.validate else None
     stages: list[PlanStage] = []
     notes: list[str] = []
+    key: list[str] = []  # the notes that can change the choice (Plan.key_notes)
     idle_h = inst.idle_hours
     if v is not None:
         vb = bill.stage("validate")
@@ -1501,6 +1579,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
         notes.append(_validation_reason(v, t))
         notes.append(_idle_reason(bill, v, t, ccy, idle_h))
         notes += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.notes]
+        key += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.key_notes]
     tb, eb = bill.stage("train"), bill.stage("export")
     export_h = transfer_hours(planned.prep.export_gb, t.offer.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
     stages.append(_stage("train", t, tb, t.use.hours, t.layout.strategy))
@@ -1508,16 +1587,23 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
     if bill.choice.idle not in ("stop", "continue"):
         notes.append(f"train compute: {explain_cover(t.use.pricing, t.use.hours, ccy)}"
                      + (f" per node, {t.use.nodes} nodes" if t.use.nodes > 1 else ""))
-        notes += cover_notes(t.use.pricing, t.use.hours, ccy, t.use.nodes)
+        advice = cover_notes(t.use.pricing, t.use.hours, ccy, t.use.nodes)
     elif v is not None:
-        notes += lease_cover_notes(v.use, t.use, idle_h)
+        advice = lease_cover_notes(v.use, t.use, idle_h)
+    else:
+        advice = []
+    notes += advice
+    key += advice
     if not t.offer.net_down_mbps or not t.offer.net_up_mbps:
         notes.append(f"transfer speed not stated: assumed {DEFAULT_MBPS:g} Mbit/s")
     notes += [f"{t.offer.provider}/{t.offer.offer_id}: {n}" for n in t.notes]
+    key += [f"{t.offer.provider}/{t.offer.offer_id}: {n}" for n in t.key_notes]
     if t.offer.price_locked:
         notes.append(f"{t.offer.provider}: the hourly price is locked at order time until destroy")
+        key.append(notes[-1])
     if t.offer.max_duration_hours:
         notes.append(f"host maximum rental: {t.offer.max_duration_hours:.0f} h")
+        key.append(notes[-1])
     chosen = [t.offer] + ([v.offer] if v else [])
     prices = []
     for o in {o.key: o for o in chosen}.values():
@@ -1538,6 +1624,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
         cost_per_billion_tokens=round_money(bill.total / tokens * Decimal(10**9), ccy) if tokens else None,
         scaling_efficiency=speed.scaling if speed else None,
         prices=prices, notes=list(dict.fromkeys(n for n in notes if n)),
+        key_notes=list(dict.fromkeys(n for n in key if n)),
         idle_alternative=_alternative(bill, ccy),
     )
 
@@ -1570,9 +1657,11 @@ def _alternative(bill: PlanBill, ccy: str) -> str | None:
     alt = bill.alternative
     if alt is None:
         return None
-    unknown = f" + unknown {', '.join(alt.unknown)}" if alt.unknown else ""
+    # the kinds of the unknown charges ("storage running: 23.96 GB for 0.63 h" -> storage running)
+    kinds = list(dict.fromkeys(u.split(":", 1)[0] for u in alt.unknown))
+    unknown = f" + unknown {', '.join(kinds)}" if kinds else ""
     tail = f"; {alt.break_even}" if alt.break_even else ""
-    return f"{alt.idle}: {round_money(alt.total, ccy)} {ccy}{unknown}{tail}"
+    return f"{alt.idle}: {round_money(alt.total, ccy):,} {ccy}{unknown}{tail}"
 
 
 def _validation_reason(v: Candidate, t: Candidate) -> str:
@@ -1593,7 +1682,7 @@ def _idle_reason(bill: PlanBill, v: Candidate, t: Candidate, ccy: str, idle_hour
         return "no idle gap: training continues on the validation instance (one rental, no re-import)"
     if bill.choice.idle == "stop":
         gap = bill.stage("idle")
-        cost = f"{round_money(gap.cost, ccy)} {ccy}" if gap else "nothing"
+        cost = f"{round_money(gap.cost, ccy):,} {ccy}" if gap else "nothing"
         unknown = " + unknown charges" if gap and gap.unknown else ""
         return f"idle: stop the instance for the gap ({cost}{unknown}), then train on it (one rental, no re-import)"
     if not same:

@@ -203,32 +203,86 @@ def number(d: Decimal, places: int = 2) -> str:
 
 
 def cost_text(amount: Decimal | None, unknown: Sequence[str], currency: str) -> str:
-    """A stage or plan amount: the known part, and 'unknown' for what has no published price
-    (an amount None is wholly unknown: a line item with an unpriced part)."""
+    """A stage or plan amount: the known part, and '+ unknown' for what has no published price
+    (the known part is always shown, so a stage covered by an earlier stage's rental reads 0.00;
+    an amount None is wholly unknown: a line item with an unpriced part).
+
+    >>> cost_text(Decimal("4.236"), ["egress: 1 GB"], "USD"), cost_text(Decimal(0), ["x"], "CNY"), cost_text(None, [], "USD")
+    ('4.24 USD + unknown', '0.00 CNY + unknown', 'unknown')
+    """
     if amount is None:
         return "unknown"
-    if not unknown:
-        return money(amount, currency)
-    return f"{money(amount, currency)} + unknown" if amount else "unknown"
+    return money(amount, currency) + (" + unknown" if unknown else "")
 
 
-def _bill_text(st: PlanStage) -> str:
+def hours_text(hours: Decimal) -> str:
+    """Hours for people: always two decimals.
+
+    >>> hours_text(Decimal("2.153611111111111111111111111")), hours_text(Decimal(0)), hours_text(Decimal("1234.5"))
+    ('2.15', '0.00', '1,234.50')
+    """
+    return f"{hours.quantize(Decimal('0.01')):,}"
+
+
+def rate_text(price: Decimal, currency: str) -> str:
+    """A unit price: the currency's minor unit, or up to two more digits where the price has them
+    (0.8338 per hour is a real published rate; 1.04 is not written 1.0400).
+
+    >>> rate_text(Decimal("1.040000"), "USD"), rate_text(Decimal("0.833800"), "USD"), rate_text(Decimal("7920"), "CNY")
+    ('1.04', '0.8338', '7,920.00')
+    """
+    from rentopt.optimizer.billing import round_money
+
+    minor = round_money(price, currency)
+    if minor == price:
+        return f"{minor:,}"
+    places = -minor.as_tuple().exponent + 2  # type: ignore[operator]
+    finer = price.quantize(Decimal(1).scaleb(-places)).normalize()
+    if -finer.as_tuple().exponent < -minor.as_tuple().exponent:  # type: ignore[operator]
+        finer = finer.quantize(minor)
+    return f"{finer:,}"
+
+
+def _bill_text(st: PlanStage, currency: str = "") -> str:
+    """A stage's compute lines: '4.08 h x 1.04', '2 days x 330.00', '1 x month-2026 at 7,920.00'."""
     parts = []
     for line in st.billing:
         if line.what != "compute":
             continue
-        price = "?" if line.unit_price is None else number(line.unit_price, 4)
-        parts.append(f"{number(line.count)} {line.unit} @ {price}")
-    return "; ".join(parts) or "-"
+        price = "?" if line.unit_price is None else rate_text(line.unit_price, currency or "USD")
+        if line.unit == "hour":
+            parts.append(f"{hours_text(line.count)} h x {price}/h")
+        elif line.unit in ("day", "week", "month"):
+            parts.append(f"{number(line.count)} {line.unit}{'' if line.count == 1 else 's'} x {price}")
+        else:
+            parts.append(f"{number(line.count)} x {line.unit} at {price}")
+    return "; ".join(parts)
+
+
+def lease_text(plan: Plan, index: int) -> str:
+    """What the rental charges stage `index` for its compute: its own units, or, for a stage that
+    runs on an instance an earlier stage already rented (one lease), which stage paid for it."""
+    st = plan.stages[index]
+    own = _bill_text(st, plan.currency)
+    if own:
+        return own
+    if st.kind == "idle" and st.layout.startswith("training continues"):
+        return "no gap"
+    if st.kind == "export":
+        return "in the train stage's hours"  # the copy-out is part of the training rental's time
+    for earlier in plan.stages[:index]:
+        if earlier.offer_id == st.offer_id and earlier.provider == st.provider and _bill_text(earlier, plan.currency):
+            return f"in the rental paid at {earlier.kind}"
+    return "-"
 
 
 def _plan_rows(plan: Plan) -> list[list[str]]:
     rows = []
-    for st in plan.stages:
+    for i, st in enumerate(plan.stages):
         where = f"{st.provider}/{st.offer_id}" if st.offer_id else st.provider
         gpus = f"{st.gpus} x {st.gpu}" if st.gpus else st.gpu
         run = " ".join(x for x in (st.precision, st.attention) if x) or "-"
-        rows.append([st.kind, where, gpus, st.layout, run, number(st.hours), _bill_text(st),
+        rows.append([st.kind, where, gpus, st.layout, run, hours_text(st.hours), lease_text(plan, i),
                      cost_text(st.cost, st.unknown_charges, plan.currency)])
     return rows
 
@@ -266,6 +320,18 @@ def _unknown_kinds(plan: Plan) -> set[str]:
     return {line.what for st in plan.stages for line in st.billing if line.cost is None}
 
 
+_UNKNOWN_WORDS = {"compute": "compute", "storage_running": "disk", "storage_stopped": "stopped disk",
+                  "egress": "egress", "ingress": "ingress"}
+
+
+def unknown_words(plan: Plan) -> str:
+    """The kinds of charge a plan has no published price for, in a few words ('-' when none).
+
+    Kinds are listed in line-item order: compute, disk, stopped disk, egress, ingress."""
+    kinds = _unknown_kinds(plan) if plan.unknown_charges else set()
+    return ", ".join(word for k, word in _UNKNOWN_WORDS.items() if k in kinds) or "-"
+
+
 def _line_items(plan: Plan) -> str:
     unknown_kinds = _unknown_kinds(plan)
     out = []
@@ -275,10 +341,207 @@ def _line_items(plan: Plan) -> str:
     return ", ".join(out)
 
 
-def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = None) -> str:
+_STRATEGY_WORDS = {"single": "one GPU", "ddp": "data parallel", "replicas": "a copy per GPU", "fsdp": "FSDP",
+                   "offload-optimizer": "optimizer on CPU", "offload-all": "CPU offload"}
+_LINK_WORDS = {"nvlink": "NVLink", "pcie": "PCIe", "pcie-no-p2p": "PCIe (no P2P)"}
+
+
+def layout_words(strategy: str, gpus: int = 1, nodes: int = 1, link: str | None = None) -> str:
+    """A parallel layout in plain words (the README's glossary explains each term once).
+
+    >>> layout_words("zero1", 2, 1, "pcie"), layout_words("single")
+    ('ZeRO-1 over PCIe', 'one GPU')
+    >>> layout_words("zero3+offload-optimizer", 4, 1, "pcie-no-p2p")
+    'ZeRO-3 + optimizer on CPU over PCIe (no P2P)'
+    >>> layout_words("tp8+pp2", 16, 2, "nvlink")
+    'tensor parallel 8 + pipeline 2 over NVLink, 2 nodes'
+    """
+    words = []
+    for part in strategy.split("+"):
+        if part in _STRATEGY_WORDS:
+            words.append(_STRATEGY_WORDS[part])
+        elif part.startswith("zero") and part[4:].isdigit():
+            words.append(f"ZeRO-{part[4:]}")
+        elif part.startswith("tp") and part[2:].isdigit():
+            words.append(f"tensor parallel {part[2:]}")
+        elif part.startswith("pp") and part[2:].isdigit():
+            words.append(f"pipeline {part[2:]}")
+        else:
+            words.append(part)
+    text = " + ".join(words)
+    if gpus > nodes and link in _LINK_WORDS:
+        text += f" over {_LINK_WORDS[link]}"
+    if nodes > 1:
+        text += f", {nodes} nodes"
+    return text
+
+
+def _training_stage(plan: Plan) -> PlanStage:
+    return next(st for st in plan.stages if st.kind == "train")
+
+
+def _finish_text(plan: Plan) -> str:
+    if plan.hours is None:
+        return "?"
+    if plan.hours_low is not None and plan.hours_high is not None and plan.hours_high != plan.hours_low:
+        return f"{_days(plan.hours)} ({_days(plan.hours_low)}-{_days(plan.hours_high)})"
+    return _days(plan.hours)
+
+
+# The one-screen quote: at most this many notes under the #1 plan (the rest: --details).
+KEY_NOTES = 5
+# Offer ids are shortened to this many characters on the one screen (whole in JSON and --details).
+OFFER_ID_WIDTH = 60
+
+
+def shorten(text: str, width: int) -> str:
+    """
+    >>> shorten("vast/2x-RTX_6000Ada-32-65536/Estonia, EE, EU", 20)
+    'vast/2x-RTX_6000A...'
+    """
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def quote_table(quote: Quote, *, explain: bool = False, details: bool = False, now: datetime | None = None,
+                job: str = "") -> str:
+    """The quote for people. By default one screen: a short header, one row per plan, the #1
+    plan's stages and the notes that can change the choice. `details`: everything (each plan's
+    stages, line items, notes and sources; the assumptions). `explain`: every rejected offer."""
+    if details:
+        return _quote_details(quote, explain=explain, now=now, job=job)
     from tabulate import tabulate
 
-    out: list[str] = []
+    ccy = quote.currency
+    out = _quote_header(quote, now, job)
+    rows = []
+    for plan in quote.plans:
+        t = _training_stage(plan)
+        rows.append([str(plan.rank), t.provider, f"{t.gpus} x {t.gpu}", layout_words(t.layout, t.gpus, t.nodes, t.link),
+                     _finish_text(plan), money(plan.total, ccy).removesuffix(f" {ccy}"),
+                     "-" if plan.cost_per_billion_tokens is None else
+                     money(plan.cost_per_billion_tokens, ccy).removesuffix(f" {ccy}"),
+                     unknown_words(plan)])
+    out.append("")
+    out.append(tabulate(rows, headers=["#", "provider", "GPUs", "layout", "finish, days", f"total {ccy}",
+                                       f"{ccy} per B tokens", "not priced (unknown)"],
+                        disable_numparse=True, colalign=("right", "left", "left", "left", "left", "right", "right")))
+    if quote.plans:
+        out.append("")
+        out += _best_plan(quote.plans[0], quote, now)
+    out.append("")
+    more = ["--details: every plan's stages, notes and price sources"]
+    if explain and quote.rejected:
+        out += _rejections(quote)
+    elif quote.rejected_count:
+        more.append(f"--explain: the {quote.rejected_count:,} offer{'' if quote.rejected_count == 1 else 's'} "
+                    "rejected and why")
+    out.append("More: " + "; ".join(more) + ".")
+    return "\n".join(out)
+
+
+def _quote_header(quote: Quote, now: datetime | None, job: str) -> list[str]:
+    out = wrapped(job) if job else []
+    if quote.work is not None:
+        due = (f"; done within {number(quote.work.deadline_hours / 24, 1)} days"
+               if quote.work.deadline_hours is not None else "")
+        basis = quote.work.basis if quote.work.basis != "--tokens" or quote.work.tokens is None else \
+            f"{_tokens(quote.work.tokens)} tokens"
+        out.append(f"Work: {basis}{due}. Amounts in {quote.currency}.")
+    else:
+        out.append(f"Amounts in {quote.currency}.")
+    out += wrapped(prices_header(quote, now))
+    out += [f"NO PRICES for {line}" for line in quote.missing_providers]
+    for fx in quote.fx:
+        out.append(f"Exchange rate: 1 USD = {fx.per_usd} {fx.currency} (ECB reference rate of {fx.as_of})"
+                   if fx.source.startswith("ECB") else
+                   f"Exchange rate: 1 USD = {fx.per_usd} {fx.currency} ({fx.source}, {fx.as_of})")
+    return out
+
+
+def prices_header(quote: Quote, now: datetime | None = None) -> str:
+    """Where the prices come from and how old they are, from every provider the quote read (so it
+    does not change with --top)."""
+    origin = {"store": "the local price store", "bundled": "the BUNDLED SNAPSHOT shipped with rentopt",
+              "sheet": "your own price sheets", "offers-file": "the offers file"}[quote.price_origin]
+    dates = sorted({s.fetched_at for s in quote.sources if s.fetched_at is not None and s.dated_by != "unknown"})
+    if not dates and quote.prices_as_of is not None:
+        dates = [quote.prices_as_of]
+    if not dates:
+        when = ""
+    elif dates[0].date() == dates[-1].date():
+        when = f" of {dates[0]:%Y-%m-%d} ({age(dates[0], now)})"
+    else:
+        when = f" dated {dates[0]:%Y-%m-%d} ({age(dates[0], now)}) to {dates[-1]:%Y-%m-%d}"
+    stale = sorted(s.provider for s in quote.sources if s.stale)
+    undated = sorted(s.provider for s in quote.sources if s.dated_by == "unknown")
+    by_file = sorted(s.provider for s in quote.sources if s.dated_by == "file-time")
+    hint = "; run `rentopt refresh` for current prices" if quote.price_origin == "bundled" else ""
+    tail = "".join(f"; {what}: {', '.join(names)}" for what, names in
+                   (("date unknown", undated), ("dated by file time", by_file), ("STALE", stale)) if names)
+    return f"Prices: {origin}{when}{hint}{tail}."
+
+
+def _best_plan(plan: Plan, quote: Quote, now: datetime | None) -> list[str]:
+    from tabulate import tabulate
+
+    ccy = plan.currency
+    t = _training_stage(plan)
+    price = next((p for p in plan.prices if p.provider == t.provider), None)
+    dated = f", prices: {date_words(price.fetched_at, price.dated_by, now, age=False)}" if price else ""
+    out = [f"#1 stage by stage: {shorten(f'{t.provider}/{t.offer_id}', OFFER_ID_WIDTH)}{dated}"]
+    rows = []
+    for i, st in enumerate(plan.stages):
+        if st.kind == "idle" and st.hours == 0 and not st.billing:
+            continue  # no gap: training continues on the validation instance
+        what = (layout_words(st.layout, st.gpus, st.nodes, st.link) if st.gpus else st.layout)
+        where = f"{st.gpus} x {st.gpu}, {what}" if st.gpus else what
+        if st.offer_id != t.offer_id or st.provider != t.provider:
+            where = f"{shorten(f'{st.provider}/{st.offer_id}', 30)}: {where}"
+        rows.append([st.kind, where, hours_text(st.hours), lease_text(plan, i), cost_text(st.cost, st.unknown_charges, ccy)])
+    out.append(tabulate(rows, headers=["stage", "runs on", "hours", "the rental charges", "cost"],
+                        disable_numparse=True, colalign=("left", "left", "right", "left", "right")))
+    unknown = unknown_words(plan)
+    if unknown != "-":
+        out.append(f"Not in the total (no published price): {unknown}.")
+    notes = [a for a in quote.assumptions if a.startswith("validation: ")]
+    if plan.idle_alternative:
+        notes.append(f"alternative for the gap: {plan.idle_alternative}")
+    own = f"{t.provider}/{t.offer_id}: "
+    notes += [n.removeprefix(own) for n in plan.key_notes]
+    notes += [n for n in quote.assumptions if "rate" in n and "older" in n]
+    for n in notes[:KEY_NOTES]:
+        out += wrapped(f"note: {n}")
+    return out
+
+
+# The one screen's width: lines are wrapped to it (a terminal of 160 columns shows it whole).
+SCREEN_WIDTH = 160
+
+
+def wrapped(line: str, width: int = SCREEN_WIDTH) -> list[str]:
+    """One line of prose wrapped to `width`, continuation lines indented.
+
+    >>> wrapped("note: " + "word " * 5, 16)
+    ['note: word word', '  word word word']
+    """
+    import textwrap
+
+    return textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False) or [line]
+
+
+def _rejections(quote: Quote) -> list[str]:
+    from tabulate import tabulate
+
+    out = ["", f"rejected offers ({len(quote.rejected)}):"]
+    rows = [[r.provider, r.offer_id, r.gpu, r.constraint, r.reason] for r in quote.rejected]
+    out.append(tabulate(rows, headers=["provider", "offer", "gpu", "constraint", "reason"], disable_numparse=True))
+    return out
+
+
+def _quote_details(quote: Quote, *, explain: bool, now: datetime | None, job: str) -> str:
+    from tabulate import tabulate
+
+    out: list[str] = [job] if job else []
     out.append(_prices_line(quote, now))
     out += [f"NO PRICES for {line}" for line in quote.missing_providers]
     for fx in quote.fx:
@@ -308,10 +571,7 @@ def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = N
         out += [f"  {src.line}" for src in quote.sources]
     out += [f"note: {n}" for n in quote.source_notes]
     if explain and quote.rejected:
-        out.append("")
-        out.append(f"rejected offers ({len(quote.rejected)}):")
-        rows = [[r.provider, r.offer_id, r.gpu, r.constraint, r.reason] for r in quote.rejected]
-        out.append(tabulate(rows, headers=["provider", "offer", "gpu", "constraint", "reason"], disable_numparse=True))
+        out += _rejections(quote)
     elif quote.rejected_count:
         out.append("")
         out.append(f"{quote.rejected_count} offers rejected; --explain lists each with the number that failed.")

@@ -134,7 +134,7 @@ def workload_options(f: Any) -> Any:
     options = [
         click.option("--model", "-m", "model_name", required=True, metavar="MODEL",
                      help="Preset (13b, llama-3.1-8b, qwen2.5-7b), size (6.7b, 350m) or path to a config.json."),
-        click.option("--mode", required=True, type=click.Choice(["full", "lora", "qlora", "inference"]),
+        click.option("--mode", required=True, type=click.Choice(["full", "lora", "qlora", "inference"], case_sensitive=False),
                      help="full fine-tune, LoRA (16-bit base), QLoRA (4-bit base), or inference."),
         click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True, help="Tokens per sequence."),
         click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences per GPU per step."),
@@ -146,7 +146,7 @@ def workload_options(f: Any) -> Any:
                      help="FSDP that keeps a frozen LoRA base unsharded through backward (PyTorch before the "
                           "frozen-parameter reshard, pytorch/pytorch#95805; LitGPT's 2023 tables). Default: "
                           "modern FSDP (FSDP2, torchtune, Accelerate) reshards it."),
-        click.option("--offload", type=click.Choice(["none", "optimizer", "all"]), default=None,
+        click.option("--offload", type=click.Choice(["none", "optimizer", "all"], case_sensitive=False), default=None,
                      help="Move optimizer state (and parameters) to CPU RAM; with --fsdp use all (FSDP CPUOffload)."),
         click.option("--grad-checkpointing", "grad_checkpointing", type=click.Choice(["full", "selective"],
                      case_sensitive=False), is_flag=False, flag_value="full", default=None, metavar="[full|selective]",
@@ -166,7 +166,7 @@ def workload_options(f: Any) -> Any:
         click.option("--lora-rank", type=click.IntRange(min=1), default=16, show_default=True),
         click.option("--lora-targets", default="all-linear", show_default=True,
                      help="Comma list of q,k,v,o,gate,up,down,lm_head, or all-linear."),
-        click.option("--precision", type=click.Choice(["bf16", "bf16-mixed", "bf16-true", "fp16", "fp16-mixed", "fp32", "fp8"]),
+        click.option("--precision", type=click.Choice(["bf16", "bf16-mixed", "bf16-true", "fp16", "fp16-mixed", "fp32", "fp8"], case_sensitive=False),
                      default=None,
                      help="bf16 = bf16-mixed (fp32 master + states); bf16-true keeps everything in bf16. Not given: "
                           "bf16, and cards without BF16 run fp16 with loss scaling (said so); given, it is pinned "
@@ -177,7 +177,7 @@ def workload_options(f: Any) -> Any:
         click.option("--rope-scaling", type=FiniteFloatRange(min=1, min_open=True), metavar="FACTOR", default=None,
                      help="RoPE scaling factor you configure (YaRN, linear): lets --seq-len go past the model's "
                           "trained context, e.g. --rope-scaling 4 for Qwen2.5 at 128K."),
-        click.option("--optimizer", type=click.Choice(["adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "none"]),
+        click.option("--optimizer", type=click.Choice(["adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "none"], case_sensitive=False),
                      default="adamw", show_default=True),
         click.option("--optimizer-in-backward", is_flag=True, help="Step each parameter during backward (no gradient buffer)."),
         click.option("--grad-accumulation/--no-grad-accumulation", default=True, show_default=True,
@@ -197,7 +197,7 @@ def workload_options(f: Any) -> Any:
         click.option("--global-batch", type=click.IntRange(min=1), default=None,
                      help="Sequences per optimizer step over all GPUs (default: 128 x 2048 tokens; 1M tokens "
                           "with pipeline parallel). Sets the pipeline bubble and the per-step work."),
-        click.option("--quant", type=click.Choice(["none", "nf4", "int8", "int4"]), default="none", show_default=True,
+        click.option("--quant", type=click.Choice(["none", "nf4", "int8", "int4"], case_sensitive=False), default="none", show_default=True,
                      help="Weight quantisation for --mode inference."),
         click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="NF4 double quantisation (QLoRA)."),
         click.option("--chunked-loss", is_flag=True,
@@ -287,7 +287,7 @@ def _capabilities(kw: dict[str, Any]) -> Any:
               help="Spread --gpus over this many nodes (needs --fabric-gbps when more than 1).")
 @click.option("--fabric-gbps", type=FiniteFloatRange(min=0, min_open=True, max=1e6), metavar="GBPS",
               help="InfiniBand/RoCE bandwidth per node in Gb/s for --nodes > 1 (e.g. 400, 1600, 3200).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True)
 def estimate_command(fmt: str, gpu_name: str | None, nodes: int, fabric_gbps: float | None, **kw: Any) -> None:
     """Memory per GPU for a training (or inference) job, which GPUs can hold it, and (with --gpu)
     how fast it runs there.
@@ -490,7 +490,14 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     from rentopt.optimizer.catalog import load_offers
     from rentopt.optimizer.currency import FxTable, parse_fx_option
     from rentopt.optimizer.feasibility import Pins
-    from rentopt.optimizer.planner import GpuFilter, QuoteRequest, build_quote, parse_gpu_filter, parse_reference
+    from rentopt.optimizer.planner import (
+        GpuFilter,
+        QuoteRequest,
+        build_quote,
+        gpu_name_notes,
+        parse_gpu_filter,
+        parse_reference,
+    )
     from rentopt.optimizer.render import quote_json, quote_markdown, quote_table
 
     basis = "--tokens"
@@ -511,6 +518,7 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     pins = _pins(kw)
     gpu_filter = GpuFilter(include=parse_gpu_filter(gpu_names), exclude=tuple(g for g, _ in parse_gpu_filter(exclude_gpus)),
                            min_memory_gb=min_gpu_memory, gpus_per_node=kw["gpus"], max_nodes=max_nodes)
+    name_notes = gpu_name_notes([*gpu_names, *exclude_gpus], [on_spec, measured_on])
     request = QuoteRequest(
         model=model, setup=setup, tokens=tokens, days=days, rent_days=rent_days,
         reference=parse_reference(on_spec) if on_spec else None, currency=currency.strip().upper(),
@@ -520,7 +528,7 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
         top=top, spot=spot, allow_suspect=allow_suspect, checkpoint_every_hours=checkpoint_every, measured_peak_gb=measured_peak_gb,
         measured_tokens_per_second=measured_tokens_per_second,
         measured_on=parse_reference(measured_on) if measured_on else None, pins=pins, gpu_filter=gpu_filter,
-        tokens_basis=basis,
+        tokens_basis=basis, assumptions=tuple(name_notes),
     )
     offers = load_offers(_comma_list(providers), offers_file, lazy=True)
     quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
@@ -554,7 +562,7 @@ def _job_line(model: Any, setup: Any) -> str:
 
 @cli.command("models")
 @click.argument("model", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True,
               help="table for people; json (with aliases and notes) for scripts.")
 def models_command(model: str | None, fmt: str) -> None:
     """List the model presets that --model accepts, or show what one MODEL resolves to.
@@ -597,11 +605,11 @@ def models_command(model: str | None, fmt: str) -> None:
 
 @cli.command("gpus")
 @click.argument("name", required=False)
-@click.option("--class", "gpu_class", type=click.Choice(["datacenter", "workstation", "consumer"]),
+@click.option("--class", "gpu_class", type=click.Choice(["datacenter", "workstation", "consumer"], case_sensitive=False),
               help="Only GPUs of this class.")
 @click.option("--min-memory", type=FiniteFloatRange(min=0), metavar="GB", help="Only GPUs with at least GB of memory.")
 @click.option("--names", is_flag=True, help="List every spelling rentopt reads and the catalog id(s) it maps to.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True,
               help="table for people; json (GpuSpec objects with sources and notes) for scripts.")
 def gpus_command(name: str | None, gpu_class: str | None, min_memory: float | None, names: bool, fmt: str) -> None:
     """List the GPU catalog: the ids that --gpu and offers use, with memory, speed, interconnect
@@ -618,25 +626,37 @@ def gpus_command(name: str | None, gpu_class: str | None, min_memory: float | No
     bidirectional GB/s per GPU, "none" when the card has none. CC is NVIDIA's compute capability;
     FlashAttn the newest FlashAttention generation with kernels for the card (2: Ampere and newer,
     3: Hopper); stack the vendor software a job needs (non-CUDA cards are planned only with
-    --allow-stack). A bare name that several cards share (H100: SXM, PCIe or NVL) stays ambiguous
-    in provider feeds; on hand-written price sheets it reads as the usual variant (H100 and H200:
-    SXM, as SkyPilot and gpuhunt read them), and the offer says so.
+    --allow-stack). Names are read one way everywhere a person writes one (--gpu, --exclude-gpu,
+    --on, offers files, price sheets), case-insensitive: a bare name that several cards share
+    reads as the usual variant (H100 and H200: SXM, as SkyPilot and gpuhunt read them) and the
+    quote says so; a bare A100 (40 or 80 GB) asks you to choose. Provider feeds never guess.
     """
     import json
 
     from tabulate import tabulate
 
-    from rentopt.optimizer.hardware import normalise, select_gpus, spellings
+    from rentopt.optimizer.hardware import normalise, read_gpu_name, select_gpus, spellings
 
     if name is not None:
-        feed, sheet = normalise(name), normalise(name, sheet_defaults=True)
+        read, feed = read_gpu_name(name), normalise(name)
         if fmt == "json":
-            click.echo(json.dumps({"provider_feed": feed.model_dump(mode="json"),
-                                   "price_sheet": sheet.model_dump(mode="json")}, indent=2))
+            # price_sheet: the one reader's answer (--gpu, --on, offers files and sheets read it so)
+            click.echo(json.dumps({"reads_as": read.model_dump(mode="json"),
+                                   "price_sheet": read.model_dump(mode="json"),
+                                   "provider_feed": feed.model_dump(mode="json")}, indent=2))
             return
-        for where, match in (("provider feeds", feed), ("price sheets", sheet)):
-            said = match.gpu or (f"ambiguous: {', '.join(match.candidates)}" if match.candidates else "unknown")
-            click.echo(f"{name!r} in {where}: {said} ({match.status})" + (f"; {match.note}" if match.note else ""))
+        if read.gpu is not None:
+            others = [c for c in read.candidates if c != read.gpu]
+            click.echo(f"{name!r} reads as {read.gpu} ({read.status})" + (
+                f": the card a bare name means in price sheets and catalogs; write {' or '.join(others)} (or give "
+                "form_factor or gpu_memory_gb in a sheet) for another" if read.status == "default" else ""))
+            click.echo("  the same in --gpu, --exclude-gpu, --on, offers files and price sheets"
+                       + ("" if feed.gpu == read.gpu else
+                          f"; a provider's feed must say which ({feed.status} there: never guessed)"))
+        elif read.candidates:
+            click.echo(f"{name!r} is ambiguous: choose {', '.join(read.candidates)} ({read.note})")
+        else:
+            click.echo(f"{name!r} is unknown: {read.note}; `rentopt gpus --names` lists every spelling")
         return
     if names:
         rows = spellings()
@@ -673,8 +693,9 @@ def _tflops_cell(bf16: float | None, fp16: float | None) -> str:
 
 
 def _comma_list(value: str | None) -> list[str] | None:
-    """'a, b' -> ['a', 'b']; None or empty -> None (meaning: all)."""
-    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    """Provider or plugin names: 'RunPod, vast' -> ['runpod', 'vast'] (their ids are lower case, and
+    people write them as the provider's brand does); None or empty -> None (meaning: all)."""
+    names = [n.strip().lower() for n in (value or "").split(",") if n.strip()]
     return names or None
 
 
@@ -687,7 +708,7 @@ def _comma_list(value: str | None) -> list[str] | None:
 @click.option("--time-budget", type=FiniteFloatRange(min=0, min_open=True, max=86400), metavar="SECONDS",
               help="Seconds each provider (or a --from URL's download) may take in all (every request, retry "
                    "and wait) before it fails like any other fault. Default: RENTOPT_REFRESH_BUDGET, else 300.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True,
               help="json: exit_code, store, and per provider status, counts, error and problems.")
 @click.pass_obj
 def refresh_command(verbosity: Verbosity | None, names: str | None, source: str | None, quiet: bool,
@@ -771,13 +792,13 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
 @click.option("--spot/--no-spot", default=None, help="Only interruptible (spot) offers, or only on-demand ones.")
 @click.option("--region", help="Region contains this text (case-insensitive), e.g. us-east, EU.")
 @click.option("--offers-file", type=click.Path(dir_okay=False, path_type=Path), help="List this JSON/CSV offers file instead of the store.")
-@click.option("--sort", type=click.Choice(["price", "gpu", "provider", "memory"]), default="price", show_default=True,
+@click.option("--sort", type=click.Choice(["price", "gpu", "provider", "memory"], case_sensitive=False), default="price", show_default=True,
               help="price: cheapest first within each currency; memory: most memory per GPU first.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many rows. Default: 50 for a table, all for json/csv.")
 @click.option("--suspect", is_flag=True,
               help="Only suspect prices: under 1/5 of the median the other providers ask for the same GPU "
                    "(quotes hold them out unless --allow-suspect), each with its numbers.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"], case_sensitive=False), default="table", show_default=True,
               help="json (Offer objects) and csv read back with --offers-file.")
 def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float | None, providers: str | None,
                    max_price: Any, currency: str | None, spot: bool | None, region: str | None,
@@ -834,7 +855,7 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
 
 
 @cli.command("providers")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True,
               help="json: per provider key status (never the key), offers, last success, stale, last error.")
 def providers_command(fmt: str) -> None:
     """Show each provider plugin: API key set (never the key), last refresh, staleness, errors.
@@ -893,7 +914,7 @@ def snapshot_export_command(file: Path) -> None:
 
 
 @cli.command("report")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "html", "json"]), default=None,
+@click.option("--format", "fmt", type=click.Choice(["markdown", "html", "json"], case_sensitive=False), default=None,
               help="Default: from the -o suffix (.md/.markdown, .html/.htm, .json), else markdown on stdout. "
                    "json: the same sections as data, for scripts.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE instead of stdout.")

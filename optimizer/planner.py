@@ -52,7 +52,7 @@ from rentopt.optimizer.catalog import OfferSet
 from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout
-from rentopt.optimizer.hardware import get_gpu, resolve_user_gpu
+from rentopt.optimizer.hardware import get_gpu, read_user_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
 from rentopt.optimizer.offer_table import OfferTable, values_at
 from rentopt.optimizer.solver import Candidate as SolverCandidate
@@ -149,6 +149,24 @@ class GpuFilter:
         return None
 
 
+def _gpu_filter_names(items: Sequence[str]) -> list[str]:
+    return [part.strip().partition(":")[0].strip() for item in items for part in item.split(",")
+            if part.strip().partition(":")[0].strip()]
+
+
+def _reference_name(spec: str) -> str:
+    head, sep, rest = spec.strip().partition("x")
+    return rest.strip() if sep and head.strip().isdigit() else spec.strip()
+
+
+def gpu_name_notes(filters: Sequence[str], references: Sequence[str | None]) -> list[str]:
+    """The assumption lines of the GPU names a quote was given (--gpu and --exclude-gpu lists,
+    --on and --measured-on specs): how each bare name was read (hardware.read_user_gpu)."""
+    names = _gpu_filter_names(filters) + [_reference_name(r) for r in references if r]
+    notes = [read_user_gpu(name)[1] for name in dict.fromkeys(names)]
+    return list(dict.fromkeys(n for n in notes if n))
+
+
 def parse_gpu_filter(items: Sequence[str]) -> tuple[tuple[str, int | None], ...]:
     """`--gpu H100-SXM-80GB,A100:8` -> ((id, None), (id, 8)); names resolve through the catalog."""
     out: list[tuple[str, int | None]] = []
@@ -234,6 +252,7 @@ class QuoteRequest:
     tokens_basis: str = "--tokens"
     # True: `validate_hours` is worked out from the job (sized_validation), not given by the user
     validate_sized: bool = False
+    assumptions: tuple[str, ...] = ()  # how the request was read (a bare GPU name's variant), for the quote
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.tokens, self.days, self.rent_days)) != 1:
@@ -1503,7 +1522,7 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     plans = [_plan(rank, bill, planned, offers) for rank, bill in enumerate(solution.plans, start=1)]
     used = [planned.candidates[uid].offer for b in solution.plans for uid in (b.choice.train, b.choice.validate) if uid]
     prep = planned.prep
-    assumptions = list(prep.train_memory.assumptions[:1]) + prep.notes + list(planned.work.notes)
+    assumptions = list(req.assumptions) + list(prep.train_memory.assumptions[:1]) + prep.notes + list(planned.work.notes)
     if validation_note:
         assumptions.append(validation_note)
     assumptions.append(f"disk {prep.disk_gb} GB = base weights + {req.data_gb} GB data + "

@@ -449,6 +449,9 @@ def _quote_header(quote: Quote, now: datetime | None, job: str) -> list[str]:
         out.append(f"Work: {basis}{due}. Amounts in {quote.currency}.")
     else:
         out.append(f"Amounts in {quote.currency}.")
+    for a in quote.assumptions:
+        if a.startswith("GPU '"):  # how a bare GPU name on the command line was read
+            out += wrapped(f"Assumed: {a}.")
     out += wrapped(prices_header(quote, now))
     out += [f"NO PRICES for {line}" for line in quote.missing_providers]
     for fx in quote.fx:

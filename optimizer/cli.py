@@ -572,7 +572,7 @@ def models_command(model: str | None, fmt: str) -> None:
       rentopt models                          every preset: shape, parameter count, source
       rentopt models --format json            the same as JSON, with each preset's aliases
       rentopt models 13b                      which shape a bare size stands for
-      rentopt models Qwen/Qwen2.5-7B-Instruct an alias or Hugging Face repo id
+      rentopt models Qwen/Qwen2.5-7B-Instruct    an alias or Hugging Face repo id
       rentopt models ./my-model/config.json   the shape read from a config.json
 
     MODEL (and --model elsewhere) is a preset id or alias, case-insensitive; a size such as

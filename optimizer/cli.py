@@ -530,8 +530,20 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
         measured_on=parse_reference(measured_on) if measured_on else None, pins=pins, gpu_filter=gpu_filter,
         tokens_basis=basis, assumptions=tuple(name_notes),
     )
+    from rentopt.optimizer.errors import NoFeasiblePlan
+    from rentopt.optimizer.render import no_plan_json, no_plan_text
+
     offers = load_offers(_comma_list(providers), offers_file, lazy=True)
-    quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
+    try:
+        quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
+    except NoFeasiblePlan as exc:
+        # JSON: the error as a JSON object on stdout (scripts read stdout) and the exit status;
+        # --explain: why, on stdout. The one-line error goes to stderr either way.
+        if fmt == "json":
+            click.echo(no_plan_json(exc))
+        elif explain:
+            click.echo(no_plan_text(exc))
+        raise
     if fmt == "json":
         text = quote_json(quote) + "\n"
     elif fmt == "markdown":

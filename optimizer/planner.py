@@ -654,6 +654,7 @@ class Planned:
     closest_memory: str | None = None
     first_pass: dict[str, int] = field(default_factory=dict)  # candidates before / after rough pruning
     table: OfferTable | None = None
+    closest_misses: list[str] = field(default_factory=list)  # the few nearest memory misses, nearest first
 
     @property
     def rejected(self) -> list[tuple[int, str, str]]:
@@ -683,6 +684,7 @@ class _Planner:
         self._speeds: dict[tuple[str, str], Speed] = {}
         self.rejected = Rejections()
         self.closest: tuple[float, str] | None = None
+        self.misses: dict[str, tuple[float, str]] = {}  # per GPU shape: its nearest memory miss
 
     # -- memoised layouts and speeds -----------------------------------------------------------
 
@@ -1045,6 +1047,12 @@ class _Planner:
                     r = int(rows[0])
                     self.closest = (first_miss.overshoot, f"{t.provider[r]}/{t.offer_id[r]} ({t.gpus[r]} x {t.gpu[r]}): "
                                                           f"{first_miss.reason}")
+                if first_miss.overshoot is not None:
+                    r = int(rows[0])
+                    shape_name = f"{t.gpus[r]} x {t.gpu[r]}"
+                    if shape_name not in self.misses or first_miss.overshoot < self.misses[shape_name][0]:
+                        self.misses[shape_name] = (first_miss.overshoot, f"{t.provider[r]}/{t.offer_id[r]} "
+                                                                         f"({shape_name}): {first_miss.reason}")
         table = np.array(pieces, dtype=np.float64).reshape(-1, 7)
         row = np.concatenate(rows_of).astype(np.int64) if rows_of else np.zeros(0, dtype=np.int64)
         piece = np.repeat(np.arange(len(pieces)), [len(r) for r in rows_of])
@@ -1245,8 +1253,9 @@ class _Planner:
                                           prep.import_gb, prep.destroy_gb, signature=self.signatures[sig]))
         instance = self._instance(train, validate)
         candidates = {c.id: c for c in (*train, *validate)}
+        misses = [text for _, text in sorted(self.misses.values())[:CLOSEST_MISSES]]
         return Planned(instance, candidates, self.rejected, work, prep, self.closest[1] if self.closest else None,
-                       first, self.table)
+                       first, self.table, misses)
 
     def _instance(self, train: list[Candidate], validate: list[Candidate]) -> PlanInstance:
         req, work = self.req, self.work
@@ -1486,6 +1495,74 @@ def rejections(planned: Planned) -> list[Rejection]:
             for p, i, g, r, c, why in zip(providers, ids, gpus, raw, constraints, reasons)]
 
 
+# How many of the nearest misses a no-plan explanation lists (one per GPU shape).
+CLOSEST_MISSES = 5
+
+
+def explain_no_plan(exc: NoFeasiblePlan, planned: Planned, list_rejected: bool) -> NoFeasiblePlan:
+    """`exc` with what `--explain` and JSON print when nothing fits: the binding constraint with
+    its numbers, the closest misses, and the rejections by reason (each with a count and its
+    first reason, which states the number that failed)."""
+    rows, constraints, reasons = planned.rejections.columns()
+    by_reason: dict[str, dict[str, Any]] = {}
+    for constraint, reason in zip(constraints, reasons):
+        entry = by_reason.setdefault(constraint, {"constraint": constraint, "offers": 0, "example": reason})
+        entry["offers"] += 1
+    binding = exc.reasons[0] if exc.reasons else str(exc)
+    if not planned.instance.train:
+        # Every offer was rejected: the binding constraint is the commonest one the user did not
+        # choose (a --gpu or --providers filter, an offer dominated by a cheaper one, are choices).
+        chosen = [e for e in sorted(by_reason.values(), key=lambda e: -e["offers"])
+                  if e["constraint"] not in ("gpu", "dominated")]
+        if chosen:
+            top = chosen[0]
+            nearest = planned.closest_misses[0] if top["constraint"] == "memory" and planned.closest_misses else \
+                top["example"]
+            binding = f"{top['constraint']}: {top['offers']:,} of {planned.table.n if planned.table else '?':,} offers " \
+                      f"fail it; the closest: {nearest}"
+    misses = list(planned.closest_misses) if not planned.instance.train else _nearest_plans(planned)
+    exc.explanation = {
+        "binding": binding,
+        "reasons": list(exc.reasons),
+        "closest_misses": misses,
+        "rejections_by_reason": sorted(by_reason.values(), key=lambda e: -e["offers"]),
+        "offers": planned.table.n if planned.table is not None else None,
+        "rejected_count": len(planned.rejections),
+    }
+    if list_rejected:
+        exc.rejected = rejections(planned)
+    return exc
+
+
+def _nearest_plans(planned: Planned) -> list[str]:
+    """When the budget or the deadline binds: the plans that come nearest, the cheapest ones with
+    neither, each with its total and its finish at the typical and the slow end."""
+    inst = planned.instance
+    try:
+        relaxed = solve(replace(inst, budget=None, deadline_hours=None), top_k=CLOSEST_MISSES)
+    except NoFeasiblePlan:
+        return []
+    out = []
+    for bill in relaxed.plans:
+        t = planned.candidates[bill.choice.train]
+        v = planned.candidates[bill.choice.validate] if bill.choice.validate else None
+        slow = _wall(bill, v, t.hours_high, inst.idle_hours) or bill.wall_hours
+        out.append(f"{t.offer.provider}/{t.offer.offer_id} ({t.use.nodes * t.offer.gpus} x {t.gpu.id}): "
+                   f"{round_money(bill.total, inst.currency):,} {inst.currency}"
+                   + (" + unknown" if bill.unknown else "")
+                   + f", done in {_days_text(bill.wall_hours)} ({_days_text(slow)} at the slow end)")
+    return out
+
+
+def _days_text(hours: Decimal) -> str:
+    """
+    >>> _days_text(Decimal(24)), _days_text(Decimal(100))
+    ('1.0 day', '4.2 days')
+    """
+    days = (hours / 24).quantize(Decimal("0.1"))
+    return f"{days} day" if days == 1 else f"{days} days"
+
+
 def _no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoFeasiblePlan:
     counts = planned.rejections.counts()
     parts = [f"{n} offer{'s' if n > 1 else ''} by {c}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])]
@@ -1494,7 +1571,8 @@ def _no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoF
         reasons.append(f"closest miss: {planned.closest_memory}")
     if req.setup.mode == "full":
         reasons.append("try --mode lora/qlora, gradient checkpointing, a shorter --seq-len, or more GPUs")
-    message = "No feasible plan: " + "; ".join(reasons) + ". Run with --explain to see every rejection."
+    message = ("No feasible plan: " + "; ".join(reasons) + ". Run with --explain to see the closest misses and "
+               "every rejection.")
     return NoFeasiblePlan(message, reasons)
 
 
@@ -1514,11 +1592,12 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     planned = plan_instance(req, table, fx)
     inst = planned.instance
     if not inst.train:
-        raise _no_candidates(planned, req, table.n)
+        raise explain_no_plan(_no_candidates(planned, req, table.n), planned, list_rejected)
     try:
         solution = solve(inst, top_k=req.top)
     except NoFeasiblePlan as exc:
-        raise NoFeasiblePlan(str(exc) + " Run with --explain to see rejected offers.", exc.reasons) from None
+        raise explain_no_plan(NoFeasiblePlan(str(exc) + " Run with --explain to see the binding constraint and the "
+                                             "rejected offers.", exc.reasons), planned, list_rejected) from None
     plans = [_plan(rank, bill, planned, offers) for rank, bill in enumerate(solution.plans, start=1)]
     used = [planned.candidates[uid].offer for b in solution.plans for uid in (b.choice.train, b.choice.validate) if uid]
     prep = planned.prep

@@ -442,7 +442,8 @@ def quote_table(quote: Quote, *, explain: bool = False, details: bool = False, n
 def _quote_header(quote: Quote, now: datetime | None, job: str) -> list[str]:
     out = wrapped(job) if job else []
     if quote.work is not None:
-        due = (f"; done within {number(quote.work.deadline_hours / 24, 1)} days"
+        due_days = number(quote.work.deadline_hours / 24, 1) if quote.work.deadline_hours is not None else ""
+        due = (f"; done within {due_days} day{'' if due_days == '1' else 's'}"
                if quote.work.deadline_hours is not None else "")
         basis = quote.work.basis if quote.work.basis != "--tokens" or quote.work.tokens is None else \
             f"{_tokens(quote.work.tokens)} tokens"
@@ -638,3 +639,45 @@ def _md(text: Any) -> str:
     from rentopt.optimizer.text import escape_markdown
 
     return escape_markdown(str(text))
+
+
+# --------------------------------------------------------------------------------------------
+# No plan
+
+
+def no_plan_text(exc: Any) -> str:
+    """What `--explain` prints when no plan fits: the binding constraint with its numbers, the
+    closest misses, the rejections by reason, then every rejected offer."""
+    from tabulate import tabulate
+
+    info = exc.explanation or {"binding": str(exc), "reasons": exc.reasons, "closest_misses": [],
+                               "rejections_by_reason": []}
+    out = ["No feasible plan.", ""]
+    out += wrapped(f"Binding constraint: {info['binding']}")
+    for reason in info["reasons"][1:]:
+        out += wrapped(f"  also: {reason}")
+    if info["closest_misses"]:
+        out += ["", "Closest misses (nearest first):"]
+        for miss in info["closest_misses"]:
+            out += wrapped(f"  - {miss}")
+    if info["rejections_by_reason"]:
+        out += ["", "Rejected offers by reason:"]
+        rows = [[e["constraint"], f"{e['offers']:,}", e["example"]] for e in info["rejections_by_reason"]]
+        out.append(tabulate(rows, headers=["constraint", "offers", "for example"], disable_numparse=True,
+                            colalign=("left", "right", "left")))
+    if exc.rejected:
+        rows = [[r.provider, r.offer_id, r.gpu, r.constraint, r.reason] for r in exc.rejected]
+        out += ["", f"Every rejected offer ({len(rows):,}):",
+                tabulate(rows, headers=["provider", "offer", "gpu", "constraint", "reason"], disable_numparse=True)]
+    return "\n".join(out)
+
+
+def no_plan_json(exc: Any) -> str:
+    """The JSON object `quote --format json` prints on stdout when no plan fits (exit status 3):
+    {"error": {"kind": "no_feasible_plan", "exit_code": 3, "message", "binding", "reasons",
+    "closest_misses", "rejections_by_reason", "offers", "rejected_count"}, "plans": [], "rejected": [...]}."""
+    info = dict(exc.explanation or {"binding": str(exc), "reasons": exc.reasons})
+    error = {"kind": "no_feasible_plan", "exit_code": exc.exit_code, "message": " ".join(str(exc).split()), **info}
+    rejected = [{"provider": r.provider, "offer_id": r.offer_id, "gpu": r.gpu, "constraint": r.constraint,
+                 "reason": r.reason} for r in exc.rejected]
+    return json.dumps({"error": error, "plans": [], "rejected": rejected}, indent=2)

@@ -885,7 +885,17 @@ def providers_command(fmt: str) -> None:
     click.echo(overview_json(overview) if fmt == "json" else format_overview(overview))
 
 
-@cli.group("snapshot")
+class _SnapshotGroup(click.Group):
+    """`rentopt snapshot import` is a natural guess; importing is `rentopt refresh --from`."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        if args and args[0] == "import":
+            raise click.UsageError("there is no `snapshot import`: import a snapshot file or URL with "
+                                   "`rentopt refresh --from FILE|URL`", ctx)
+        return super().resolve_command(ctx, args)
+
+
+@cli.group("snapshot", cls=_SnapshotGroup)
 def snapshot_group() -> None:
     """Share a price catalog: export the store's offers as a snapshot file for other machines.
 
@@ -953,13 +963,14 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
     --format says which. Amounts are converted at the ECB reference rate of each price's day
     (--fx wins). Reads the price store (or the bundled snapshot) and never changes it.
     """
-    from rentopt.optimizer.currency import FxTable, parse_fx_option
+    from rentopt.optimizer.currency import FxTable, check_quote_currency, parse_fx_option
     from rentopt.optimizer.report import ReportRequest, build_report, format_for, parse_since, parse_workload, render, write_report
 
     request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=currency.strip().upper(),
                             workloads=tuple(parse_workload(w) for w in workloads),
                             providers=tuple(_comma_list(providers) or ()) or None)
     fmt = format_for(output, fmt)  # a bad -o suffix fails before any work
+    check_quote_currency(request.currency)
     fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))
     text = render(build_report(request, fx), fmt)
     if output is None:

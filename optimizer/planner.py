@@ -49,7 +49,7 @@ from rentopt.optimizer.billing import (
     transfer_hours,
 )
 from rentopt.optimizer.catalog import OfferSet
-from rentopt.optimizer.currency import FxTable
+from rentopt.optimizer.currency import FxTable, check_quote_currency
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout
 from rentopt.optimizer.hardware import get_gpu, read_user_gpu, resolve_user_gpu
@@ -1457,6 +1457,7 @@ def plan_instance(req: QuoteRequest, offers: Sequence[Offer] | OfferTable, fx: F
     `first_pass=False` skips the rough pruning and gives every candidate exact terms (for tests
     that check the first pass against everything it could have kept).
     """
+    check_quote_currency(req.currency)
     fx.rate(req.currency)  # an unknown quote currency is an input error before any work
     req = with_sized_validation(req)
     table = offers if isinstance(offers, OfferTable) else OfferTable.from_offers(list(offers))

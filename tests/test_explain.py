@@ -74,3 +74,18 @@ def test_a_budget_that_binds_is_explained_with_the_nearest_plans(tmp_path):
     assert f"testcloud/a6000 (1 x RTX-A6000-48GB): {total:,} USD" in misses
     code, out, _ = run(*base, "--budget", "0.05", "--format", "json")
     assert code == 3 and json.loads(out)["error"]["binding"].startswith("budget 0.05 USD")
+
+
+def test_withdrawn_currencies_are_neither_offered_nor_accepted():
+    code, _, err = run("--model", "13b", "--mode", "lora", "--days", "10", "--currency", "XYZ")
+    assert code == 2 and "known: AUD," in err and "EUR" in err
+    listed = err.split("known: ")[1].split(".")[0].split(", ")
+    for gone in ("CYP", "EEK", "HRK", "LTL", "LVL", "MTL", "ROL", "SIT", "SKK", "TRL"):
+        assert gone not in listed
+    code, _, err = run("--model", "13b", "--mode", "lora", "--days", "10", "--currency", "eek")
+    assert code == 2 and "withdrawn from ISO 4217 (replaced by EUR)" in err
+
+
+def test_snapshot_import_points_at_refresh_from():
+    result = CliRunner().invoke(cli, ["snapshot", "import", "team.json.gz"])
+    assert result.exit_code == 2 and "rentopt refresh --from FILE|URL" in result.output

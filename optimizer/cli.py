@@ -330,10 +330,15 @@ def estimate_command(fmt: str, gpu_name: str | None, nodes: int, fabric_gbps: fl
     gpus = all_gpus()
     fits = classes_that_fit(model, setup, gpus, capabilities=_capabilities(kw))
     classes = {g.id: g.gpu_class for g in gpus}
+    layout_memory = None
+    if speed is not None and speed.layout is not None:
+        from rentopt.optimizer.feasibility import layout_setup
+
+        layout_memory = estimate(model, layout_setup(setup, speed.layout))  # its offloaded state: host RAM
     if fmt == "json":
-        click.echo(estimate_json(est, fits, classes, speed))
+        click.echo(estimate_json(est, fits, classes, speed, model=model, setup=setup, layout_memory=layout_memory))
     else:
-        click.echo(estimate_table(model, setup, est, fits, classes, speed))
+        click.echo(estimate_table(model, setup, est, fits, classes, speed, layout_memory))
 
 
 def _tokens_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:

@@ -59,14 +59,74 @@ def fits_summary(fits: dict[int, list[Fit]], classes: dict[str, str]) -> list[li
     return rows
 
 
+def estimate_answer(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate, fits: dict[int, list[Fit]],
+                    classes: dict[str, str], speed: LayoutSpeed | None = None,
+                    layout_memory: MemoryEstimate | None = None) -> dict[str, Any]:
+    """The question `estimate` answers, answered first: does the job fit (on --gpu, else as
+    configured), with which layout, and how much host RAM CPU offload needs.
+
+    `layout_memory` is the memory of the layout chosen on --gpu (its offloaded state is the
+    host RAM it needs, per GPU)."""
+    if speed is not None:
+        where = f"{speed.layout.total_gpus if speed.layout else setup.gpus} x {speed.layout.gpu if speed.layout else '?'}"
+        if speed.layout is None or layout_memory is None:
+            return {"fits": False, "text": f"fits: no: {speed.rejected}", "gpu": None, "gpus": setup.gpus,
+                    "layout": None, "host_ram_gb": 0.0, "offload_bytes": 0, "reason": speed.rejected}
+        lay = speed.layout
+        per_node = lay.gpus_per_node
+        host = layout_memory.cpu_offload_gb * per_node
+        words = layout_words(lay.strategy, lay.total_gpus, lay.nodes, lay.link)
+        text = f"fits {where}: yes, with {words}"
+        if host:
+            text += f", needs ~{host:,.0f} GB of host RAM per node for the offloaded state"
+        text += f"; {lay.required_gb_per_gpu:,.1f} of {lay.gpu_memory_gb:g} GB per GPU"
+        return {"fits": True, "text": text, "gpu": lay.gpu, "gpus": lay.total_gpus, "nodes": lay.nodes,
+                "layout": lay.strategy, "layout_words": words, "required_gb_per_gpu": lay.required_gb_per_gpu,
+                "host_ram_gb": round(host, 2), "host_ram_gb_per_gpu": layout_memory.cpu_offload_gb,
+                "offload_bytes": int(round(host * 1e9)), "reason": None}
+    found = fits.get(setup.gpus) or []
+    host = est.cpu_offload_gb * setup.gpus
+    if not found:
+        text = (f"fits: no catalog GPU holds it on {setup.gpus} GPU{'s' if setup.gpus > 1 else ''} as configured "
+                f"({est.required_gb_per_gpu:,.1f} GB per GPU); see the table for more GPUs")
+        return {"fits": False, "text": text, "gpu": None, "gpus": setup.gpus, "layout": None,
+                "host_ram_gb": round(host, 2), "offload_bytes": int(round(host * 1e9)), "reason": text}
+    smallest = {}
+    for f in sorted(found, key=lambda f: (f.layout.offload != "none", f.layout.gpu_memory_gb, f.layout.gpu)):
+        smallest.setdefault(classes[f.layout.gpu], f)
+    picks = ", ".join(f"{f.layout.gpu} ({layout_words(f.layout.strategy, setup.gpus, 1, f.layout.link)})"
+                      for cls in CLASS_ORDER if (f := smallest.get(cls)))
+    text = (f"fits: yes, on {setup.gpus} GPU{'s' if setup.gpus > 1 else ''} of {len(found)} catalog cards; the smallest "
+            f"per class: {picks}")
+    if host:
+        text += f"; needs ~{host:,.0f} GB of host RAM for the offloaded state"
+    best = smallest[next(c for c in CLASS_ORDER if c in smallest)].layout
+    return {"fits": True, "text": text, "gpu": best.gpu, "gpus": setup.gpus, "layout": best.strategy,
+            "host_ram_gb": round(host, 2), "offload_bytes": int(round(host * 1e9)), "reason": None}
+
+
 def estimate_table(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
-                   fits: dict[int, list[Fit]], classes: dict[str, str], speed: LayoutSpeed | None = None) -> str:
+                   fits: dict[int, list[Fit]], classes: dict[str, str], speed: LayoutSpeed | None = None,
+                   layout_memory: MemoryEstimate | None = None) -> str:
+    """The answer first (does it fit, how, what host RAM), then the cheapest cards that hold it,
+    then the speed, then the breakdown and what it assumes."""
     from tabulate import tabulate
 
     b = est.breakdown_gb
-    lines = [estimate_header(model, setup), ""]
+    answer = estimate_answer(model, setup, est, fits, classes, speed, layout_memory)
+    lines = [estimate_header(model, setup), *wrapped(answer["text"][0].upper() + answer["text"][1:] + "."), ""]
     if model.notes:
         lines += [f"note: {n}" for n in model.notes] + [""]
+    lines.append("Smallest GPU per class that holds this job in one node, without CPU offload where possible")
+    lines.append("(`rentopt gpus` lists the catalog; PCIe assumed unless SXM/OAM parts with NVLink):")
+    lines.append(tabulate(fits_summary(fits, classes), headers=["GPUs", *CLASS_ORDER], disable_numparse=True))
+    lines.append("")
+    if speed is not None:
+        lines += speed_section(speed) + [""]
+    if layout_memory is not None and speed is not None and speed.layout is not None:
+        lines.append(f"Memory as configured on the command line ({setup.gpus} GPU{'s' if setup.gpus > 1 else ''}"
+                     f"{', ' + setup_layout_text(setup) if setup_layout_text(setup) else ''}); "
+                     f"on {speed.layout.strategy} it is {layout_memory.required_gb_per_gpu:,.2f} GB per GPU:")
     comp = [
         ["weights", _gb(b.weights), "parameters resident on each GPU (sharded/quantised as configured)"],
         ["gradients", _gb(b.gradients), f"{est.trainable_params_b:.3f}B trainable parameters"],
@@ -90,15 +150,22 @@ def estimate_table(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
     if est.cpu_offload_gb:
         lines.append(f"host RAM for offloaded/paged state: {_gb(est.cpu_offload_gb)} GB per GPU")
     lines.append("")
-    lines.append("Smallest GPU per class that holds this job in one node, without CPU offload where possible")
-    lines.append("(`rentopt gpus` lists the catalog; PCIe assumed unless SXM/OAM parts with NVLink):")
-    lines.append(tabulate(fits_summary(fits, classes), headers=["GPUs", *CLASS_ORDER], disable_numparse=True))
-    lines.append("")
-    if speed is not None:
-        lines += speed_section(speed) + [""]
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in est.assumptions]
     return "\n".join(lines)
+
+
+def setup_layout_text(setup: TrainingSetup) -> str:
+    parts = []
+    if setup.zero:
+        parts.append(f"ZeRO-{setup.zero}")
+    if setup.fsdp:
+        parts.append("FSDP")
+    if setup.tensor_parallel > 1:
+        parts.append(f"TP{setup.tensor_parallel}")
+    if setup.offload != "none":
+        parts.append(f"offload {setup.offload}")
+    return " + ".join(parts)
 
 
 def speed_section(speed: LayoutSpeed) -> list[str]:
@@ -146,8 +213,11 @@ def speed_json(speed: LayoutSpeed) -> dict | None:
 
 
 def estimate_json(est: MemoryEstimate, fits: dict[int, list[Fit]], classes: dict[str, str],
-                  speed: LayoutSpeed | None = None) -> str:
+                  speed: LayoutSpeed | None = None, *, model: ModelSpec | None = None,
+                  setup: TrainingSetup | None = None, layout_memory: MemoryEstimate | None = None) -> str:
     data = est.model_dump(mode="json")
+    if model is not None and setup is not None:
+        data["answer"] = estimate_answer(model, setup, est, fits, classes, speed, layout_memory)
     data["fits"] = {
         str(n): [{"gpu": f.layout.gpu, "class": classes[f.layout.gpu], "layout": f.layout.strategy,
                   "required_gb_per_gpu": f.layout.required_gb_per_gpu, "gpu_memory_gb": f.layout.gpu_memory_gb,

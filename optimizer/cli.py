@@ -111,7 +111,7 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     -q and -v go before the command (rentopt -v refresh). Log lines are redacted (no key, token
     or secret ever appears) and carry a timestamp when stderr is not a terminal (cron, CI).
     """
-    from rentopt.optimizer.settings import SettingsError, settings
+    from rentopt.optimizer.settings import SettingsError, apply_config, settings
 
     ctx.obj = Verbosity(quiet, verbose)
     # A command's help never depends on the environment (click shows it after this callback and
@@ -125,6 +125,7 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     except ValueError:
         raise SettingsError(f"{HUGEPAGE_SETTING}={hugepages!r}: NumPy reads it as a whole number "
                             "(0: huge pages off, 1: on)") from None
+    apply_config()  # the config file's keys, providers and currency, where the environment sets none
     current = settings()  # a bad RENTOPT_* value stops here: one line, exit 2
     configure_logging(current.log_level, quiet=quiet, verbose=verbose)
 
@@ -416,7 +417,8 @@ _positive_decimal_option = _decimal_option(allow_zero=False, maximum=1e9)
 @click.option("--providers", "providers", metavar="A,B", help="Only offers from these providers.")
 @click.option("--offers-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Plan over this JSON (`rentopt offers --format json`) or hand-written CSV instead of the store.")
-@click.option("--currency", default="USD", show_default=True, help="Currency of the quote (offers are converted).")
+@click.option("--currency", default=None, metavar="CODE",
+              help="Currency of the quote (offers are converted). Default: RENTOPT_CURRENCY or the config file's, else USD.")
 @click.option("--fx", "fx_overrides", multiple=True, metavar="CODE=RATE", help="Exchange rate override, units per USD (--fx CNY=7.1).")
 @click.option("--validate-hours", callback=_hours_option, default=None, metavar="H",
               help="Length of the validation run: the same job at micro-batch 1, on a cheap instance of the training "
@@ -526,7 +528,7 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     name_notes = gpu_name_notes([*gpu_names, *exclude_gpus], [on_spec, measured_on])
     request = QuoteRequest(
         model=model, setup=setup, tokens=tokens, days=days, rent_days=rent_days,
-        reference=parse_reference(on_spec) if on_spec else None, currency=currency.strip().upper(),
+        reference=parse_reference(on_spec) if on_spec else None, currency=_currency(currency),
         validate_hours=None if no_validate else (validate_hours or Decimal(4)), idle_days=idle_days,
         validate_sized=validate_hours is None and not no_validate,
         keep_checkpoints=keep_checkpoints, data_gb=data_gb, deadline_days=deadline_days, budget=budget,
@@ -571,6 +573,13 @@ def _write_output(path: Path, text: str, what: str) -> None:
     except OSError as exc:
         raise InputError(f"cannot write the {what} to {path}: {exc.strerror or exc}; choose another -o path") from None
     click.echo(f"wrote {path}", err=True)
+
+
+def _currency(given: str | None) -> str:
+    """--currency, else RENTOPT_CURRENCY (or the config file's currency), else USD."""
+    from rentopt.optimizer.settings import settings
+
+    return (given or settings().currency or "USD").strip().upper()
 
 
 def _job_line(model: Any, setup: Any) -> str:
@@ -739,7 +748,7 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
       rentopt refresh --providers skypilot       # SkyPilot's catalog: gcp, azure, lambda, ...
       rentopt refresh --from https://ci.example.com/rentopt-snapshot.json.gz
       rentopt refresh --format json | jq '.providers[] | select(.status != "ok")'
-      15 3 * * *  rentopt refresh --quiet        # nightly from cron
+      15 3 * * *  /home/me/.venv/bin/rentopt refresh --quiet   # cron: the path `rentopt providers` prints
 
     Plugins are fetched at the same time; each provider's prices are stored on their own. One
     that fails (an error, a timeout, a slow or hung server past its time budget) keeps its last
@@ -758,7 +767,7 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
       0  every selected provider refreshed
       1  some failed (their last good prices are kept)
       2  bad input: a flag or a RENTOPT_* variable
-      3  none succeeded
+      3  none succeeded (price sheets, read from local files, do not count)
       4  rentopt's own files cannot be used (RENTOPT_HOME read-only or not a directory, disk
          full, the store damaged or being written by another refresh)
     """
@@ -886,8 +895,95 @@ def providers_command(fmt: str) -> None:
     """
     from rentopt.optimizer.refresh import format_overview, overview_json, provider_overview
 
+    import json
+
     overview = provider_overview()
-    click.echo(overview_json(overview) if fmt == "json" else format_overview(overview))
+    command = rentopt_command_path()
+    if fmt == "json":
+        data = json.loads(overview_json(overview))
+        data["rentopt_command"] = command
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(format_overview(overview))
+    click.echo("")
+    click.echo(f"rentopt command: {command}")
+    click.echo(f"crontab line (crontab -e): 15 3 * * *  {command} refresh --quiet")
+
+
+def rentopt_command_path() -> str:
+    """The absolute path of the `rentopt` being run, for a crontab line: cron's PATH is
+    /usr/bin:/bin, where a virtual environment's or pipx's rentopt is not."""
+    import shutil
+
+    here = Path(sys.argv[0])
+    if here.name == "rentopt" and here.is_file():
+        return str(here.resolve().parent / here.name) if not here.is_absolute() else str(here)
+    beside = Path(sys.executable).parent / "rentopt"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("rentopt")
+    return str(Path(found).absolute()) if found else "rentopt"
+
+
+@cli.group("config")
+def config_group() -> None:
+    """rentopt's config file: API keys, providers and currency for jobs without your shell's
+    environment (cron).
+
+    \b
+    Examples:
+      rentopt config show
+      rentopt config path
+
+    The file is config.toml in the platform's config folder (RENTOPT_CONFIG names another):
+
+    \b
+      currency = "EUR"                 # quote's and report's default --currency
+      providers = ["vast", "lambda"]   # the providers a plain `rentopt refresh` fetches
+      [keys]
+      LAMBDA_API_KEY = "..."           # any provider credential variable
+
+    An environment variable of the same name wins over the file. Keep the file private
+    (chmod 600): `config show` warns when others can read it, and never prints a key.
+    """
+
+
+@config_group.command("show")
+def config_show_command() -> None:
+    """Show the settings the config file and the environment give, keys redacted.
+
+    \b
+    Examples:
+      rentopt config show
+    """
+    from tabulate import tabulate
+
+    from rentopt.optimizer.settings import config_path, read_config, shown_config
+    from rentopt.providers.base import load_providers
+
+    path = config_path()
+    config = read_config(path)
+    registry, _ = load_providers()
+    names = tuple(sorted({env for cls in registry.values()
+                          for env in (cls.key_env, *getattr(cls, "credential_envs", ())) if env}))
+    click.echo(f"config file: {path} ({'found' if config.found else 'not found: every setting from the environment'})")
+    if config.found and config.keys and path.stat().st_mode & 0o077:
+        click.echo(f"warning: {path} holds keys and other users can read it; run chmod 600 {path}")
+    click.echo(tabulate(shown_config(config, key_names=names), headers=["setting", "value", "from"],
+                        disable_numparse=True))
+
+
+@config_group.command("path")
+def config_path_command() -> None:
+    """Print the config file's path (whether or not it exists).
+
+    \b
+    Examples:
+      rentopt config path
+    """
+    from rentopt.optimizer.settings import config_path
+
+    click.echo(str(config_path()))
 
 
 class _SnapshotGroup(click.Group):
@@ -946,7 +1042,8 @@ def snapshot_export_command(file: Path) -> None:
                    "json: the same sections as data, for scripts.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--since", default="30d", show_default=True, help="History window: 7d, 30d, 12w, 6m (days, weeks, months).")
-@click.option("--currency", default="USD", show_default=True, help="Currency of every amount (offers are converted).")
+@click.option("--currency", default=None, metavar="CODE",
+              help="Currency of every amount (offers are converted). Default: RENTOPT_CURRENCY or the config file's, else USD.")
 @click.option("--fx", "fx_overrides", multiple=True, metavar="CODE=RATE", help="Exchange rate override, units per USD (--fx CNY=7.1).")
 @click.option("--workload", "workloads", multiple=True, metavar='"MODEL MODE DAYSd|TOKENS"',
               help='Another job to price at every provider, e.g. "llama-3.1-8b qlora 3d" or "7b full 2B".')
@@ -971,7 +1068,7 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
     from rentopt.optimizer.currency import FxTable, check_quote_currency, parse_fx_option
     from rentopt.optimizer.report import ReportRequest, build_report, format_for, parse_since, parse_workload, render, write_report
 
-    request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=currency.strip().upper(),
+    request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=_currency(currency),
                             workloads=tuple(parse_workload(w) for w in workloads),
                             providers=tuple(_comma_list(providers) or ()) or None)
     fmt = format_for(output, fmt)  # a bad -o suffix fails before any work

@@ -496,8 +496,9 @@ def work_plan(req: QuoteRequest, prep: _Prepared) -> WorkPlan:
     assert req.days is not None
     hours = req.days * 24
     tokens = speed.typical * float(hours) * 3600
-    basis = f"{req.days.normalize():f} days on {ref.text} = {_tokens_text(tokens)} tokens"
-    notes.append(f"work: {req.days.normalize():f} days on {where} at {speed.typical:,.0f} tokens/s = "
+    days = f"{req.days.normalize():f} day{'' if req.days == 1 else 's'}"
+    basis = f"{days} on {ref.text} = {_tokens_text(tokens)} tokens"
+    notes.append(f"work: {days} on {where} at {speed.typical:,.0f} tokens/s = "
                  f"{_tokens_text(tokens)} tokens; every plan is priced for those tokens")
     if deadline is None:
         # The reference itself must be a valid plan: the deadline is its own pessimistic finish

@@ -849,9 +849,13 @@ def cover_notes(pricing: RentalPricing, hours: Decimal, currency: str, nodes: in
 
     >>> month = Block("month", PriceUnit.MONTH, 720, Decimal("7920"))
     >>> cover_notes(RentalPricing(None, blocks=(month,)), Decimal("720.5"), "CNY")[0]
-    'the run lasts 0.5 h into a new month: finishing 0.5 h sooner (a faster export, a shorter run) would save 7920.00 CNY'
+    'the run lasts 0.50 h into a new month: finishing 0.50 h sooner (a faster export, a shorter run) would save 7,920.00 CNY'
     >>> cover_notes(RentalPricing(None, blocks=(month,)), Decimal(244), "CNY")[0]
-    'uses 244 h of a 720 h month: renting by the day would be cheaper at under 720.00 CNY per day (11 days)'
+    'uses 244.00 h of a 720 h month (7,920.00 CNY): an 11-day rental would save 7,920.00 CNY less 11 days at its daily price, so it is cheaper at under 720.00 CNY per day'
+    >>> cover_notes(RentalPricing(None, blocks=(month,)), Decimal("2.15"), "CNY")
+    ['uses 2.15 h of a 720 h month (7,920.00 CNY): a one-day rental would save 7,920.00 CNY less its price']
+    >>> cover_notes(RentalPricing(None, blocks=(month,)), Decimal(500), "CNY")  # 21 of 30 days: a month is no waste
+    []
     """
     seconds = seconds_to_cover(hours)
     counts, _, cost = _cover(pricing, seconds)
@@ -862,22 +866,44 @@ def cover_notes(pricing: RentalPricing, hours: Decimal, currency: str, nodes: in
     longest, count = max(used, key=lambda bc: bc[0].hours)
     length = longest.hours * SECONDS_PER_HOUR
     excess = seconds - (seconds // length) * length
-    if 0 < excess <= max(SECONDS_PER_HOUR, length // 20):
+    # Only a run longer than one block can spill into a new one (a 6 h run on a monthly offer
+    # is inside its first month).
+    if seconds > length and 0 < excess <= max(SECONDS_PER_HOUR, length // 20):
         trimmed = _cover(pricing, seconds - excess)[2]
         saving = Fraction(cost - trimmed, pricing.units.unit) * nodes
         if saving > 0:
-            tail = (Decimal(excess) / SECONDS_PER_HOUR).normalize()
-            notes.append(f"the run lasts {tail:f} h into a new {longest.label}: finishing {tail:f} h sooner (a faster "
-                         f"export, a shorter run) would save {round_money(_to_decimal(saving), currency)} {currency}")
+            tail = _hours_words(Decimal(excess) / SECONDS_PER_HOUR)
+            notes.append(f"the run lasts {tail} h into a new {longest.label}: finishing {tail} h sooner (a faster "
+                         f"export, a shorter run) would save {_money_words(_to_decimal(saving), currency)}")
     if longest.unit == PriceUnit.MONTH and not any(b.unit == PriceUnit.DAY for b in pricing.blocks):
         last = seconds - (count - 1) * length
-        if 0 < last < length:
-            days = -(-last // (24 * SECONDS_PER_HOUR))
-            per_day = longest.price * nodes / days
-            notes.append(f"uses {(Decimal(last) / SECONDS_PER_HOUR).normalize():f} h of a {longest.hours} h month: "
-                         f"renting by the day would be cheaper at under {round_money(per_day, currency)} {currency} "
-                         f"per day ({days} days)")
+        days = -(-last // (24 * SECONDS_PER_HOUR))
+        month_days = length // (24 * SECONDS_PER_HOUR)
+        # Advice only where it holds: a daily rental beats the month when it costs under the
+        # month's price over the days used; that is worth saying only while those days are at
+        # most half the month (a break-even of twice the month's own daily rate or more; daily
+        # rates run above the monthly rate per day, so past half a month the month is no waste).
+        if 0 < last < length and 2 * days <= month_days:
+            month = _money_words(longest.price * nodes, currency)
+            used_text = f"uses {_hours_words(Decimal(last) / SECONDS_PER_HOUR)} h of a {longest.hours} h month ({month})"
+            if days == 1:
+                notes.append(f"{used_text}: a one-day rental would save {month} less its price")
+            else:
+                per_day = _money_words(longest.price * nodes / days, currency)
+                article = "an" if str(days)[0] == "8" or str(days) in ("11", "18") else "a"
+                notes.append(f"{used_text}: {article} {days}-day rental would save {month} less {days} days at its "
+                             f"daily price, so it is cheaper at under {per_day} per day")
     return notes
+
+
+def _hours_words(hours: Decimal) -> str:
+    """Hours in a sentence: two decimals (never 2.153611111111111111111111111)."""
+    return f"{hours.quantize(Decimal('0.01')):,}"
+
+
+def _money_words(amount: Decimal, currency: str) -> str:
+    """An amount in a sentence: the currency's minor unit, thousands separated ('7,920.00 CNY')."""
+    return f"{round_money(amount, currency):,} {currency}"
 
 
 def lease_cover_notes(v: Use, t: Use, idle_hours: Decimal) -> list[str]:

@@ -111,7 +111,7 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     -q and -v go before the command (rentopt -v refresh). Log lines are redacted (no key, token
     or secret ever appears) and carry a timestamp when stderr is not a terminal (cron, CI).
     """
-    from rentopt.optimizer.settings import SettingsError, settings
+    from rentopt.optimizer.settings import SettingsError, apply_config, settings
 
     ctx.obj = Verbosity(quiet, verbose)
     # A command's help never depends on the environment (click shows it after this callback and
@@ -125,6 +125,7 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     except ValueError:
         raise SettingsError(f"{HUGEPAGE_SETTING}={hugepages!r}: NumPy reads it as a whole number "
                             "(0: huge pages off, 1: on)") from None
+    apply_config()  # the config file's keys, providers and currency, where the environment sets none
     current = settings()  # a bad RENTOPT_* value stops here: one line, exit 2
     configure_logging(current.log_level, quiet=quiet, verbose=verbose)
 
@@ -134,7 +135,7 @@ def workload_options(f: Any) -> Any:
     options = [
         click.option("--model", "-m", "model_name", required=True, metavar="MODEL",
                      help="Preset (13b, llama-3.1-8b, qwen2.5-7b), size (6.7b, 350m) or path to a config.json."),
-        click.option("--mode", required=True, type=click.Choice(["full", "lora", "qlora", "inference"]),
+        click.option("--mode", required=True, type=click.Choice(["full", "lora", "qlora", "inference"], case_sensitive=False),
                      help="full fine-tune, LoRA (16-bit base), QLoRA (4-bit base), or inference."),
         click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True, help="Tokens per sequence."),
         click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences per GPU per step."),
@@ -146,7 +147,7 @@ def workload_options(f: Any) -> Any:
                      help="FSDP that keeps a frozen LoRA base unsharded through backward (PyTorch before the "
                           "frozen-parameter reshard, pytorch/pytorch#95805; LitGPT's 2023 tables). Default: "
                           "modern FSDP (FSDP2, torchtune, Accelerate) reshards it."),
-        click.option("--offload", type=click.Choice(["none", "optimizer", "all"]), default=None,
+        click.option("--offload", type=click.Choice(["none", "optimizer", "all"], case_sensitive=False), default=None,
                      help="Move optimizer state (and parameters) to CPU RAM; with --fsdp use all (FSDP CPUOffload)."),
         click.option("--grad-checkpointing", "grad_checkpointing", type=click.Choice(["full", "selective"],
                      case_sensitive=False), is_flag=False, flag_value="full", default=None, metavar="[full|selective]",
@@ -166,7 +167,7 @@ def workload_options(f: Any) -> Any:
         click.option("--lora-rank", type=click.IntRange(min=1), default=16, show_default=True),
         click.option("--lora-targets", default="all-linear", show_default=True,
                      help="Comma list of q,k,v,o,gate,up,down,lm_head, or all-linear."),
-        click.option("--precision", type=click.Choice(["bf16", "bf16-mixed", "bf16-true", "fp16", "fp16-mixed", "fp32", "fp8"]),
+        click.option("--precision", type=click.Choice(["bf16", "bf16-mixed", "bf16-true", "fp16", "fp16-mixed", "fp32", "fp8"], case_sensitive=False),
                      default=None,
                      help="bf16 = bf16-mixed (fp32 master + states); bf16-true keeps everything in bf16. Not given: "
                           "bf16, and cards without BF16 run fp16 with loss scaling (said so); given, it is pinned "
@@ -177,7 +178,7 @@ def workload_options(f: Any) -> Any:
         click.option("--rope-scaling", type=FiniteFloatRange(min=1, min_open=True), metavar="FACTOR", default=None,
                      help="RoPE scaling factor you configure (YaRN, linear): lets --seq-len go past the model's "
                           "trained context, e.g. --rope-scaling 4 for Qwen2.5 at 128K."),
-        click.option("--optimizer", type=click.Choice(["adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "none"]),
+        click.option("--optimizer", type=click.Choice(["adamw", "adamw-8bit", "paged-adamw", "paged-adamw-8bit", "sgd", "none"], case_sensitive=False),
                      default="adamw", show_default=True),
         click.option("--optimizer-in-backward", is_flag=True, help="Step each parameter during backward (no gradient buffer)."),
         click.option("--grad-accumulation/--no-grad-accumulation", default=True, show_default=True,
@@ -197,7 +198,7 @@ def workload_options(f: Any) -> Any:
         click.option("--global-batch", type=click.IntRange(min=1), default=None,
                      help="Sequences per optimizer step over all GPUs (default: 128 x 2048 tokens; 1M tokens "
                           "with pipeline parallel). Sets the pipeline bubble and the per-step work."),
-        click.option("--quant", type=click.Choice(["none", "nf4", "int8", "int4"]), default="none", show_default=True,
+        click.option("--quant", type=click.Choice(["none", "nf4", "int8", "int4"], case_sensitive=False), default="none", show_default=True,
                      help="Weight quantisation for --mode inference."),
         click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="NF4 double quantisation (QLoRA)."),
         click.option("--chunked-loss", is_flag=True,
@@ -287,7 +288,7 @@ def _capabilities(kw: dict[str, Any]) -> Any:
               help="Spread --gpus over this many nodes (needs --fabric-gbps when more than 1).")
 @click.option("--fabric-gbps", type=FiniteFloatRange(min=0, min_open=True, max=1e6), metavar="GBPS",
               help="InfiniBand/RoCE bandwidth per node in Gb/s for --nodes > 1 (e.g. 400, 1600, 3200).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True)
 def estimate_command(fmt: str, gpu_name: str | None, nodes: int, fabric_gbps: float | None, **kw: Any) -> None:
     """Memory per GPU for a training (or inference) job, which GPUs can hold it, and (with --gpu)
     how fast it runs there.
@@ -330,10 +331,15 @@ def estimate_command(fmt: str, gpu_name: str | None, nodes: int, fabric_gbps: fl
     gpus = all_gpus()
     fits = classes_that_fit(model, setup, gpus, capabilities=_capabilities(kw))
     classes = {g.id: g.gpu_class for g in gpus}
+    layout_memory = None
+    if speed is not None and speed.layout is not None:
+        from rentopt.optimizer.feasibility import layout_setup
+
+        layout_memory = estimate(model, layout_setup(setup, speed.layout))  # its offloaded state: host RAM
     if fmt == "json":
-        click.echo(estimate_json(est, fits, classes, speed))
+        click.echo(estimate_json(est, fits, classes, speed, model=model, setup=setup, layout_memory=layout_memory))
     else:
-        click.echo(estimate_table(model, setup, est, fits, classes, speed))
+        click.echo(estimate_table(model, setup, est, fits, classes, speed, layout_memory))
 
 
 def _tokens_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -411,10 +417,13 @@ _positive_decimal_option = _decimal_option(allow_zero=False, maximum=1e9)
 @click.option("--providers", "providers", metavar="A,B", help="Only offers from these providers.")
 @click.option("--offers-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Plan over this JSON (`rentopt offers --format json`) or hand-written CSV instead of the store.")
-@click.option("--currency", default="USD", show_default=True, help="Currency of the quote (offers are converted).")
+@click.option("--currency", default=None, metavar="CODE",
+              help="Currency of the quote (offers are converted). Default: RENTOPT_CURRENCY or the config file's, else USD.")
 @click.option("--fx", "fx_overrides", multiple=True, metavar="CODE=RATE", help="Exchange rate override, units per USD (--fx CNY=7.1).")
-@click.option("--validate-hours", callback=_hours_option, default="4", show_default=True, metavar="H",
-              help="Length of the validation run: the same job at micro-batch 1, on a cheap instance of the training GPU.")
+@click.option("--validate-hours", callback=_hours_option, default=None, metavar="H",
+              help="Length of the validation run: the same job at micro-batch 1, on a cheap instance of the training "
+                   "GPU. Default: sized to the job, 10 % of the training time, at least 0.5 h (100 steps to steady "
+                   "memory and speed), at most 4 h; the quote says which.")
 @click.option("--no-validate", is_flag=True, help="Skip the validation stage.")
 @click.option("--idle-days", callback=_idle_days_option, default="0", show_default=True, metavar="N",
               help="Gap between validation and training (keep the instance stopped, or destroy: priced both ways).")
@@ -437,18 +446,27 @@ _positive_decimal_option = _decimal_option(allow_zero=False, maximum=1e9)
               help="Tokens/s measured in validation: calibrates every layout's speed (where: --measured-on).")
 @click.option("--measured-on", "measured_on", metavar="SPEC",
               help="The layout the measurements were taken on (default: the --days reference).")
-@click.option("--explain", is_flag=True, help="List every rejected offer with the number that failed.")
+@click.option("--explain", is_flag=True,
+              help="List every rejected offer with the number that failed; with no plan, the binding constraint, "
+                   "the closest misses and the rejections by reason.")
 @click.option("--allow-suspect", is_flag=True,
               help="Also plan with suspect prices (under 1/5 of what the other providers ask for the GPU; "
                    "held out by default, listed by --explain and `rentopt offers --suspect`).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option("--details", "-v", "details", is_flag=True,
+              help="The whole quote: every plan's stages, line items, notes and price sources, and the assumptions "
+                   "(default: one screen with the plans and the #1 plan's stages).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"], case_sensitive=False), default="table",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the quote to FILE instead of stdout (written whole or not at all).")
 def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: float | None, days: Any,
                   on_spec: str | None, rent_days: Any, gpu_names: tuple[str, ...], exclude_gpus: tuple[str, ...],
                   min_gpu_memory: float | None, max_nodes: int, providers: str | None, offers_file: Path | None,
                   currency: str, fx_overrides: tuple[str, ...], validate_hours: Any, no_validate: bool, idle_days: Any,
                   keep_checkpoints: int, data_gb: Any, deadline_days: Any, budget: Any, top: int, spot: bool,
                   checkpoint_every: Any, measured_peak_gb: float | None, measured_tokens_per_second: float | None,
-                  measured_on: str | None, explain: bool, allow_suspect: bool, fmt: str, **kw: Any) -> None:
+                  measured_on: str | None, explain: bool, allow_suspect: bool, details: bool, fmt: str,
+                  output: Path | None, **kw: Any) -> None:
     """The cheapest way to run a training job, as whole-job plans priced line by line.
 
     \b
@@ -474,10 +492,19 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     ingress; an unknown price is shown as unknown, never as 0. No feasible plan: exit status 3
     with the binding constraint.
     """
+    from decimal import Decimal
+
     from rentopt.optimizer.catalog import load_offers
     from rentopt.optimizer.currency import FxTable, parse_fx_option
     from rentopt.optimizer.feasibility import Pins
-    from rentopt.optimizer.planner import GpuFilter, QuoteRequest, build_quote, parse_gpu_filter, parse_reference
+    from rentopt.optimizer.planner import (
+        GpuFilter,
+        QuoteRequest,
+        build_quote,
+        gpu_name_notes,
+        parse_gpu_filter,
+        parse_reference,
+    )
     from rentopt.optimizer.render import quote_json, quote_markdown, quote_table
 
     basis = "--tokens"
@@ -498,25 +525,61 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     pins = _pins(kw)
     gpu_filter = GpuFilter(include=parse_gpu_filter(gpu_names), exclude=tuple(g for g, _ in parse_gpu_filter(exclude_gpus)),
                            min_memory_gb=min_gpu_memory, gpus_per_node=kw["gpus"], max_nodes=max_nodes)
+    name_notes = gpu_name_notes([*gpu_names, *exclude_gpus], [on_spec, measured_on])
     request = QuoteRequest(
         model=model, setup=setup, tokens=tokens, days=days, rent_days=rent_days,
-        reference=parse_reference(on_spec) if on_spec else None, currency=currency.strip().upper(),
-        validate_hours=None if no_validate else validate_hours, idle_days=idle_days,
+        reference=parse_reference(on_spec) if on_spec else None, currency=_currency(currency),
+        validate_hours=None if no_validate else (validate_hours or Decimal(4)), idle_days=idle_days,
+        validate_sized=validate_hours is None and not no_validate,
         keep_checkpoints=keep_checkpoints, data_gb=data_gb, deadline_days=deadline_days, budget=budget,
         top=top, spot=spot, allow_suspect=allow_suspect, checkpoint_every_hours=checkpoint_every, measured_peak_gb=measured_peak_gb,
         measured_tokens_per_second=measured_tokens_per_second,
         measured_on=parse_reference(measured_on) if measured_on else None, pins=pins, gpu_filter=gpu_filter,
-        tokens_basis=basis,
+        tokens_basis=basis, assumptions=tuple(name_notes),
     )
+    from rentopt.optimizer.errors import NoFeasiblePlan
+    from rentopt.optimizer.render import no_plan_json, no_plan_text
+
     offers = load_offers(_comma_list(providers), offers_file, lazy=True)
-    quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
+    try:
+        quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
+    except NoFeasiblePlan as exc:
+        # JSON: the error as a JSON object on stdout (scripts read stdout) and the exit status;
+        # --explain: why, on stdout. The one-line error goes to stderr either way.
+        if fmt == "json":
+            click.echo(no_plan_json(exc))
+        elif explain:
+            click.echo(no_plan_text(exc))
+        raise
     if fmt == "json":
-        click.echo(quote_json(quote))
+        text = quote_json(quote) + "\n"
     elif fmt == "markdown":
-        click.echo(quote_markdown(quote, job=_job_line(model, setup)))
+        text = quote_markdown(quote, job=_job_line(model, setup)) + "\n"
     else:
-        click.echo(_job_line(model, setup))
-        click.echo(quote_table(quote, explain=explain))
+        text = quote_table(quote, explain=explain, details=details, job=_job_line(model, setup)) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        _write_output(output, text, "quote")
+
+
+def _write_output(path: Path, text: str, what: str) -> None:
+    """Write a command's answer to -o FILE whole (temp file, fsync, rename), or say why not."""
+    from rentopt.optimizer.errors import InputError
+    from rentopt.optimizer.paths import write_atomically
+
+    try:
+        write_atomically(path, text)
+    except OSError as exc:
+        raise InputError(f"cannot write the {what} to {path}: {exc.strerror or exc}; choose another -o path") from None
+    click.echo(f"wrote {path}", err=True)
+
+
+def _currency(given: str | None) -> str:
+    """--currency, else RENTOPT_CURRENCY (or the config file's currency), else USD."""
+    from rentopt.optimizer.settings import settings
+
+    return (given or settings().currency or "USD").strip().upper()
 
 
 def _job_line(model: Any, setup: Any) -> str:
@@ -525,7 +588,7 @@ def _job_line(model: Any, setup: Any) -> str:
 
 @cli.command("models")
 @click.argument("model", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True,
               help="table for people; json (with aliases and notes) for scripts.")
 def models_command(model: str | None, fmt: str) -> None:
     """List the model presets that --model accepts, or show what one MODEL resolves to.
@@ -535,7 +598,7 @@ def models_command(model: str | None, fmt: str) -> None:
       rentopt models                          every preset: shape, parameter count, source
       rentopt models --format json            the same as JSON, with each preset's aliases
       rentopt models 13b                      which shape a bare size stands for
-      rentopt models Qwen/Qwen2.5-7B-Instruct an alias or Hugging Face repo id
+      rentopt models Qwen/Qwen2.5-7B-Instruct    an alias or Hugging Face repo id
       rentopt models ./my-model/config.json   the shape read from a config.json
 
     MODEL (and --model elsewhere) is a preset id or alias, case-insensitive; a size such as
@@ -568,11 +631,11 @@ def models_command(model: str | None, fmt: str) -> None:
 
 @cli.command("gpus")
 @click.argument("name", required=False)
-@click.option("--class", "gpu_class", type=click.Choice(["datacenter", "workstation", "consumer"]),
+@click.option("--class", "gpu_class", type=click.Choice(["datacenter", "workstation", "consumer"], case_sensitive=False),
               help="Only GPUs of this class.")
 @click.option("--min-memory", type=FiniteFloatRange(min=0), metavar="GB", help="Only GPUs with at least GB of memory.")
 @click.option("--names", is_flag=True, help="List every spelling rentopt reads and the catalog id(s) it maps to.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True,
               help="table for people; json (GpuSpec objects with sources and notes) for scripts.")
 def gpus_command(name: str | None, gpu_class: str | None, min_memory: float | None, names: bool, fmt: str) -> None:
     """List the GPU catalog: the ids that --gpu and offers use, with memory, speed, interconnect
@@ -589,25 +652,37 @@ def gpus_command(name: str | None, gpu_class: str | None, min_memory: float | No
     bidirectional GB/s per GPU, "none" when the card has none. CC is NVIDIA's compute capability;
     FlashAttn the newest FlashAttention generation with kernels for the card (2: Ampere and newer,
     3: Hopper); stack the vendor software a job needs (non-CUDA cards are planned only with
-    --allow-stack). A bare name that several cards share (H100: SXM, PCIe or NVL) stays ambiguous
-    in provider feeds; on hand-written price sheets it reads as the usual variant (H100 and H200:
-    SXM, as SkyPilot and gpuhunt read them), and the offer says so.
+    --allow-stack). Names are read one way everywhere a person writes one (--gpu, --exclude-gpu,
+    --on, offers files, price sheets), case-insensitive: a bare name that several cards share
+    reads as the usual variant (H100 and H200: SXM, as SkyPilot and gpuhunt read them) and the
+    quote says so; a bare A100 (40 or 80 GB) asks you to choose. Provider feeds never guess.
     """
     import json
 
     from tabulate import tabulate
 
-    from rentopt.optimizer.hardware import normalise, select_gpus, spellings
+    from rentopt.optimizer.hardware import normalise, read_gpu_name, select_gpus, spellings
 
     if name is not None:
-        feed, sheet = normalise(name), normalise(name, sheet_defaults=True)
+        read, feed = read_gpu_name(name), normalise(name)
         if fmt == "json":
-            click.echo(json.dumps({"provider_feed": feed.model_dump(mode="json"),
-                                   "price_sheet": sheet.model_dump(mode="json")}, indent=2))
+            # price_sheet: the one reader's answer (--gpu, --on, offers files and sheets read it so)
+            click.echo(json.dumps({"reads_as": read.model_dump(mode="json"),
+                                   "price_sheet": read.model_dump(mode="json"),
+                                   "provider_feed": feed.model_dump(mode="json")}, indent=2))
             return
-        for where, match in (("provider feeds", feed), ("price sheets", sheet)):
-            said = match.gpu or (f"ambiguous: {', '.join(match.candidates)}" if match.candidates else "unknown")
-            click.echo(f"{name!r} in {where}: {said} ({match.status})" + (f"; {match.note}" if match.note else ""))
+        if read.gpu is not None:
+            others = [c for c in read.candidates if c != read.gpu]
+            click.echo(f"{name!r} reads as {read.gpu} ({read.status})" + (
+                f": the card a bare name means in price sheets and catalogs; write {' or '.join(others)} (or give "
+                "form_factor or gpu_memory_gb in a sheet) for another" if read.status == "default" else ""))
+            click.echo("  the same in --gpu, --exclude-gpu, --on, offers files and price sheets"
+                       + ("" if feed.gpu == read.gpu else
+                          f"; a provider's feed must say which ({feed.status} there: never guessed)"))
+        elif read.candidates:
+            click.echo(f"{name!r} is ambiguous: choose {', '.join(read.candidates)} ({read.note})")
+        else:
+            click.echo(f"{name!r} is unknown: {read.note}; `rentopt gpus --names` lists every spelling")
         return
     if names:
         rows = spellings()
@@ -644,8 +719,9 @@ def _tflops_cell(bf16: float | None, fp16: float | None) -> str:
 
 
 def _comma_list(value: str | None) -> list[str] | None:
-    """'a, b' -> ['a', 'b']; None or empty -> None (meaning: all)."""
-    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    """Provider or plugin names: 'RunPod, vast' -> ['runpod', 'vast'] (their ids are lower case, and
+    people write them as the provider's brand does); None or empty -> None (meaning: all)."""
+    names = [n.strip().lower() for n in (value or "").split(",") if n.strip()]
     return names or None
 
 
@@ -658,7 +734,7 @@ def _comma_list(value: str | None) -> list[str] | None:
 @click.option("--time-budget", type=FiniteFloatRange(min=0, min_open=True, max=86400), metavar="SECONDS",
               help="Seconds each provider (or a --from URL's download) may take in all (every request, retry "
                    "and wait) before it fails like any other fault. Default: RENTOPT_REFRESH_BUDGET, else 300.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True,
               help="json: exit_code, store, and per provider status, counts, error and problems.")
 @click.pass_obj
 def refresh_command(verbosity: Verbosity | None, names: str | None, source: str | None, quiet: bool,
@@ -672,7 +748,7 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
       rentopt refresh --providers skypilot       # SkyPilot's catalog: gcp, azure, lambda, ...
       rentopt refresh --from https://ci.example.com/rentopt-snapshot.json.gz
       rentopt refresh --format json | jq '.providers[] | select(.status != "ok")'
-      15 3 * * *  rentopt refresh --quiet        # nightly from cron
+      15 3 * * *  /home/me/.venv/bin/rentopt refresh --quiet   # cron: the path `rentopt providers` prints
 
     Plugins are fetched at the same time; each provider's prices are stored on their own. One
     that fails (an error, a timeout, a slow or hung server past its time budget) keeps its last
@@ -691,7 +767,7 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
       0  every selected provider refreshed
       1  some failed (their last good prices are kept)
       2  bad input: a flag or a RENTOPT_* variable
-      3  none succeeded
+      3  none succeeded (price sheets, read from local files, do not count)
       4  rentopt's own files cannot be used (RENTOPT_HOME read-only or not a directory, disk
          full, the store damaged or being written by another refresh)
     """
@@ -742,13 +818,13 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
 @click.option("--spot/--no-spot", default=None, help="Only interruptible (spot) offers, or only on-demand ones.")
 @click.option("--region", help="Region contains this text (case-insensitive), e.g. us-east, EU.")
 @click.option("--offers-file", type=click.Path(dir_okay=False, path_type=Path), help="List this JSON/CSV offers file instead of the store.")
-@click.option("--sort", type=click.Choice(["price", "gpu", "provider", "memory"]), default="price", show_default=True,
+@click.option("--sort", type=click.Choice(["price", "gpu", "provider", "memory"], case_sensitive=False), default="price", show_default=True,
               help="price: cheapest first within each currency; memory: most memory per GPU first.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many rows. Default: 50 for a table, all for json/csv.")
 @click.option("--suspect", is_flag=True,
               help="Only suspect prices: under 1/5 of the median the other providers ask for the same GPU "
                    "(quotes hold them out unless --allow-suspect), each with its numbers.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"], case_sensitive=False), default="table", show_default=True,
               help="json (Offer objects) and csv read back with --offers-file.")
 def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float | None, providers: str | None,
                    max_price: Any, currency: str | None, spot: bool | None, region: str | None,
@@ -805,7 +881,7 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
 
 
 @cli.command("providers")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table", show_default=True,
               help="json: per provider key status (never the key), offers, last success, stale, last error.")
 def providers_command(fmt: str) -> None:
     """Show each provider plugin: API key set (never the key), last refresh, staleness, errors.
@@ -819,11 +895,108 @@ def providers_command(fmt: str) -> None:
     """
     from rentopt.optimizer.refresh import format_overview, overview_json, provider_overview
 
+    import json
+
     overview = provider_overview()
-    click.echo(overview_json(overview) if fmt == "json" else format_overview(overview))
+    command = rentopt_command_path()
+    if fmt == "json":
+        data = json.loads(overview_json(overview))
+        data["rentopt_command"] = command
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(format_overview(overview))
+    click.echo("")
+    click.echo(f"rentopt command: {command}")
+    click.echo(f"crontab line (crontab -e): 15 3 * * *  {command} refresh --quiet")
 
 
-@cli.group("snapshot")
+def rentopt_command_path() -> str:
+    """The absolute path of the `rentopt` being run, for a crontab line: cron's PATH is
+    /usr/bin:/bin, where a virtual environment's or pipx's rentopt is not."""
+    import shutil
+
+    here = Path(sys.argv[0])
+    if here.name == "rentopt" and here.is_file():
+        return str(here.resolve().parent / here.name) if not here.is_absolute() else str(here)
+    beside = Path(sys.executable).parent / "rentopt"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("rentopt")
+    return str(Path(found).absolute()) if found else "rentopt"
+
+
+@cli.group("config")
+def config_group() -> None:
+    """rentopt's config file: API keys, providers and currency for jobs without your shell's
+    environment (cron).
+
+    \b
+    Examples:
+      rentopt config show
+      rentopt config path
+
+    The file is config.toml in the platform's config folder (RENTOPT_CONFIG names another):
+
+    \b
+      currency = "EUR"                 # quote's and report's default --currency
+      providers = ["vast", "lambda"]   # the providers a plain `rentopt refresh` fetches
+      [keys]
+      LAMBDA_API_KEY = "..."           # any provider credential variable
+
+    An environment variable of the same name wins over the file. Keep the file private
+    (chmod 600): `config show` warns when others can read it, and never prints a key.
+    """
+
+
+@config_group.command("show")
+def config_show_command() -> None:
+    """Show the settings the config file and the environment give, keys redacted.
+
+    \b
+    Examples:
+      rentopt config show
+    """
+    from tabulate import tabulate
+
+    from rentopt.optimizer.settings import config_path, read_config, shown_config
+    from rentopt.providers.base import load_providers
+
+    path = config_path()
+    config = read_config(path)
+    registry, _ = load_providers()
+    names = tuple(sorted({env for cls in registry.values()
+                          for env in (cls.key_env, *getattr(cls, "credential_envs", ())) if env}))
+    click.echo(f"config file: {path} ({'found' if config.found else 'not found: every setting from the environment'})")
+    if config.found and config.keys and path.stat().st_mode & 0o077:
+        click.echo(f"warning: {path} holds keys and other users can read it; run chmod 600 {path}")
+    click.echo(tabulate(shown_config(config, key_names=names), headers=["setting", "value", "from"],
+                        disable_numparse=True))
+
+
+@config_group.command("path")
+def config_path_command() -> None:
+    """Print the config file's path (whether or not it exists).
+
+    \b
+    Examples:
+      rentopt config path
+    """
+    from rentopt.optimizer.settings import config_path
+
+    click.echo(str(config_path()))
+
+
+class _SnapshotGroup(click.Group):
+    """`rentopt snapshot import` is a natural guess; importing is `rentopt refresh --from`."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        if args and args[0] == "import":
+            raise click.UsageError("there is no `snapshot import`: import a snapshot file or URL with "
+                                   "`rentopt refresh --from FILE|URL`", ctx)
+        return super().resolve_command(ctx, args)
+
+
+@cli.group("snapshot", cls=_SnapshotGroup)
 def snapshot_group() -> None:
     """Share a price catalog: export the store's offers as a snapshot file for other machines.
 
@@ -864,12 +1037,13 @@ def snapshot_export_command(file: Path) -> None:
 
 
 @cli.command("report")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "html", "json"]), default=None,
+@click.option("--format", "fmt", type=click.Choice(["markdown", "html", "json"], case_sensitive=False), default=None,
               help="Default: from the -o suffix (.md/.markdown, .html/.htm, .json), else markdown on stdout. "
                    "json: the same sections as data, for scripts.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--since", default="30d", show_default=True, help="History window: 7d, 30d, 12w, 6m (days, weeks, months).")
-@click.option("--currency", default="USD", show_default=True, help="Currency of every amount (offers are converted).")
+@click.option("--currency", default=None, metavar="CODE",
+              help="Currency of every amount (offers are converted). Default: RENTOPT_CURRENCY or the config file's, else USD.")
 @click.option("--fx", "fx_overrides", multiple=True, metavar="CODE=RATE", help="Exchange rate override, units per USD (--fx CNY=7.1).")
 @click.option("--workload", "workloads", multiple=True, metavar='"MODEL MODE DAYSd|TOKENS"',
               help='Another job to price at every provider, e.g. "llama-3.1-8b qlora 3d" or "7b full 2B".')
@@ -891,13 +1065,14 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
     --format says which. Amounts are converted at the ECB reference rate of each price's day
     (--fx wins). Reads the price store (or the bundled snapshot) and never changes it.
     """
-    from rentopt.optimizer.currency import FxTable, parse_fx_option
+    from rentopt.optimizer.currency import FxTable, check_quote_currency, parse_fx_option
     from rentopt.optimizer.report import ReportRequest, build_report, format_for, parse_since, parse_workload, render, write_report
 
-    request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=currency.strip().upper(),
+    request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=_currency(currency),
                             workloads=tuple(parse_workload(w) for w in workloads),
                             providers=tuple(_comma_list(providers) or ()) or None)
     fmt = format_for(output, fmt)  # a bad -o suffix fails before any work
+    check_quote_currency(request.currency)
     fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))
     text = render(build_report(request, fx), fmt)
     if output is None:

@@ -66,6 +66,13 @@ OLD_RATE_DAYS = 90
 
 When = Union[date, datetime, None]
 
+# Codes in the ECB's reference-rate history that ISO 4217 has withdrawn (List Three, historic
+# denominations, www.six-group.com/en/products-services/financial-information/data-standards.html):
+# replaced by the euro (CYP 2008, EEK 2011, HRK 2023, LTL 2015, LVL 2014, MTL 2008, SIT 2007,
+# SKK 2009) or redenominated (ROL -> RON 2005, TRL -> TRY 2005). No price is quoted in them now,
+# so they are never offered as a quote currency.
+WITHDRAWN = frozenset({"CYP", "EEK", "HRK", "LTL", "LVL", "MTL", "ROL", "SIT", "SKK", "TRL"})
+
 
 def _bundled() -> dict[str, Any]:
     text = resources.files("rentopt.optimizer").joinpath("data/fx.toml").read_text(encoding="utf-8")
@@ -85,6 +92,20 @@ def _positive_decimal(value: Any) -> Decimal | None:
     except (InvalidOperation, ValueError):
         return None
     return d if d.is_finite() and d > 0 else None
+
+
+def check_quote_currency(code: str) -> None:
+    """A currency a quote or report can be in: an InputError for a withdrawn ISO 4217 code.
+
+    >>> check_quote_currency("EEK")
+    Traceback (most recent call last):
+    ...
+    rentopt.optimizer.errors.InputError: currency 'EEK' was withdrawn from ISO 4217 (replaced by EUR); use EUR
+    """
+    code = _normalise_code(code)
+    if code in WITHDRAWN:
+        now = {"ROL": "RON", "TRL": "TRY"}.get(code, "EUR")
+        raise InputError(f"currency {code!r} was withdrawn from ISO 4217 (replaced by {now}); use {now}")
 
 
 def _normalise_code(code: str) -> str:
@@ -368,10 +389,12 @@ class FxTable:
 
     @property
     def known(self) -> tuple[str, ...]:
+        """The currencies a quote can be in: every code with a rate, less the withdrawn ones the
+        ECB's history still carries (their rates stay, for converting old prices)."""
         codes = set(self.fixed)
         for h in self.histories:
             codes |= {c for c in h.codes | {ECB_BASE} if h.has(c)}
-        return tuple(sorted(codes))
+        return tuple(sorted(codes - WITHDRAWN))
 
     def knows(self, code: str) -> bool:
         code = _normalise_code(code)

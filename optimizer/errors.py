@@ -32,13 +32,20 @@ class OffersFileError(InputError):
 
 
 class NoFeasiblePlan(RentoptError):
-    """No plan satisfies the constraints. `reasons` names the binding constraint(s)."""
+    """No plan satisfies the constraints. `reasons` names the binding constraint(s).
+
+    `explanation` (set by the planner) is what `--explain` and `--format json` print: the binding
+    constraint with its numbers, the closest misses and the rejections by reason; `rejected` the
+    rejected offers when they were listed.
+    """
 
     exit_code = 3
 
     def __init__(self, message: str, reasons: list[str] | None = None):
         super().__init__(message)
         self.reasons = list(reasons or [])
+        self.explanation: dict | None = None
+        self.rejected: list = []
 
 
 class StoreError(RentoptError):

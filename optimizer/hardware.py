@@ -530,21 +530,59 @@ def spellings() -> list[dict[str, Any]]:
 # User input
 
 
-def resolve_user_gpu(text: str) -> GpuSpec:
-    """A GPU named by a user (`--gpu`): a catalog id or any unambiguous alias, case-insensitive.
+def read_gpu_name(raw: str, memory_gb: float | None = None, *, form_factor: str | None = None,
+                  interconnect: str | None = None) -> GpuMatch:
+    """The one reader of GPU names written by people: --gpu, --exclude-gpu, --on, offers files,
+    price sheets and `rentopt gpus NAME` all read a name through it, so they agree.
 
-    Raises UnknownGpuError with one line that lists the candidates of an ambiguous name or the
-    closest catalog ids to a typo (difflib is fine here: this is a person's typing, not a feed).
+    Case and separators do not matter. A bare name several cards share reads as the variant the
+    catalog names for it (`sheet_default_for`: H100 and H200 are the SXM cards, as SkyPilot and
+    gpuhunt read them), narrowed first by the memory, form factor and interconnect given with it,
+    and the match's note says so; a bare name whose variants differ in memory ("A100": 40 or
+    80 GB) stays ambiguous, for the person to choose. Provider plugins read their feeds with
+    `normalise` and no defaults: a feed never guesses.
+
+    >>> m = read_gpu_name("h100")
+    >>> m.gpu, m.status
+    ('H100-SXM-80GB', 'default')
+    >>> read_gpu_name("A100").status, read_gpu_name("A100", 40).gpu
+    ('ambiguous', None)
+    >>> read_gpu_name("H100", form_factor="PCIe").gpu
+    'H100-PCIe-80GB'
+    """
+    return normalise(raw, memory_gb, form_factor_hint=form_factor,
+                     interconnect_hint=interconnect if interconnect in ("nvlink", "pcie") else None,
+                     sheet_defaults=True)
+
+
+def resolve_user_gpu(text: str) -> GpuSpec:
+    """A GPU named by a user (`--gpu`): a catalog id or any alias, case-insensitive; see
+    `read_user_gpu` for the sentence that says how a bare name was read."""
+    return read_user_gpu(text)[0]
+
+
+def read_user_gpu(text: str) -> tuple[GpuSpec, str]:
+    """A GPU named on the command line, read as `read_gpu_name` reads it, and an assumption line
+    when a bare name was read as its usual variant ("" when the name said which card).
+
+    Raises UnknownGpuError with one line that lists the candidates of an ambiguous name (the
+    user chooses) or the closest catalog ids to a typo (difflib is fine here: this is a
+    person's typing, not a feed).
     """
     if not text.strip():
         raise UnknownGpuError("empty GPU name: pass a catalog id such as H100-SXM-80GB (see `rentopt gpus`).")
-    match = normalise(text)
+    match = read_gpu_name(text)
     if match.gpu is not None:
         spec = get_gpu(match.gpu)
         typed_memory = _name_facts(name_tokens(text)).memory_gb
         literal_alias = canonical_key(text) in _index().exact  # "NVIDIA GH200 480GB" counts host memory
         if literal_alias or typed_memory is None or _fits_memory(spec, typed_memory):
-            return spec
+            note = ""
+            if match.status == "default":
+                others = [c for c in match.candidates if c != spec.id]
+                note = (f"GPU {text.strip()!r} read as {spec.id}, the card a bare {text.strip()!r} means in price "
+                        f"sheets and catalogs; name {_or_list(others)} to mean another")
+            return spec, note
         # A provider's misstated memory is only noted; a person's is more likely a typo.
         raise UnknownGpuError(
             f"GPU {text!r} says {typed_memory:g} GB but {spec.id} has {spec.memory_gb:g} GB: "
@@ -552,7 +590,8 @@ def resolve_user_gpu(text: str) -> GpuSpec:
         )
     if match.status == "ambiguous":
         raise UnknownGpuError(
-            f"GPU name {text!r} is ambiguous: it could be {_or_list(match.candidates)}; pass one of these ids."
+            f"GPU name {text!r} is ambiguous: choose {_or_list(match.candidates)} "
+            f"(their memory or form factor differs; `rentopt gpus {text.strip()}` shows how names are read)."
         )
     suggestions = _close_ids(text)
     if suggestions:

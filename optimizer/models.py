@@ -739,6 +739,7 @@ class PlanStage(BaseModel):
     unknown_charges: list[str] = []
     precision: str | None = None  # what actually runs on this stage's GPUs (running stages)
     attention: str | None = None
+    link: str | None = None  # how the GPUs talk inside a node (nvlink, pcie, pcie-no-p2p); running stages
     notes: list[str] = []
 
 
@@ -808,6 +809,9 @@ class Plan(BaseModel):
     scaling_efficiency: float | None = None
     prices: list[PriceSource] = []
     notes: list[str] = []
+    # The notes that can change the choice (advice on how to pay, unstated offer facts, warnings),
+    # a subset of `notes`, in order; the rest explains how the plan was worked out.
+    key_notes: list[str] = []
 
 
 class Quote(BaseModel):

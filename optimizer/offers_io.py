@@ -466,9 +466,9 @@ def _offer_from_row(row: _Row, fetched_at: datetime, source: str, bands: PriceBa
 
 def _sheet_gpu(row: _Row, gpu_raw: str, memory: float | None) -> GpuMatch:
     """A hand-written sheet's GPU: names people copy from a provider's page ("H100", "A100 80GB")
-    read as the usual variant (hardware.normalise sheet_defaults), narrowed first by the line's
-    memory, form_factor and interconnect cells."""
-    from rentopt.optimizer.hardware import form_factor_of, normalise
+    read as the usual variant (hardware.read_gpu_name, the one reader of people's GPU names),
+    narrowed first by the line's memory, form_factor and interconnect cells."""
+    from rentopt.optimizer.hardware import form_factor_of, read_gpu_name
 
     form_factor = row.text("form_factor")
     if form_factor is not None:
@@ -477,8 +477,7 @@ def _sheet_gpu(row: _Row, gpu_raw: str, memory: float | None) -> GpuMatch:
         except ValueError:
             raise row.error("form_factor", f"{form_factor!r} must be SXM, PCIe, NVL or OAM") from None
     link = (row.text("interconnect") or "unknown").lower()
-    return normalise(gpu_raw, memory, form_factor_hint=form_factor,
-                     interconnect_hint=link if link in ("nvlink", "pcie") else None, sheet_defaults=True)
+    return read_gpu_name(gpu_raw, memory, form_factor=form_factor, interconnect=link)
 
 
 def check_unique(offers: Iterable[Offer], name: str) -> None:

@@ -626,12 +626,11 @@ class _Match:
 
 def _gpu_match(raw: Any, memory: Any, form: Any, link: Any) -> Any:
     """The catalog GPU of a line's cells, as offers_io's _sheet_gpu reads it, or _BAD."""
-    from rentopt.optimizer.hardware import get_gpu, normalise
+    from rentopt.optimizer.hardware import get_gpu, read_gpu_name
 
     if raw is _BAD or memory is _BAD or form is _BAD or link is _BAD:
         return _BAD
-    match = normalise(raw, memory, form_factor_hint=form, interconnect_hint=link if link in ("nvlink", "pcie") else None,
-                      sheet_defaults=True)
+    match = read_gpu_name(raw, memory, form_factor=form, interconnect=link)
     if match.gpu is None:
         return _BAD  # unknown or ambiguous: offers_io says which (or keeps it with gpu_memory_gb)
     return _Match(match.gpu, match.status, get_gpu(match.gpu).memory_gb, match.note)

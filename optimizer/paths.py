@@ -74,3 +74,36 @@ def fs_error(exc: OSError, path: Path, doing: str) -> FileSystemError:
         return FileSystemError(f"cannot {doing} {path}: it is a directory, not a file; move it aside "
                                f"(mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.bak')})")
     return FileSystemError(f"cannot {doing} {path}: {exc.strerror or exc}")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so that a reader sees the old file or the whole new one, never part.
+
+    A temporary file in the same folder (a rename is atomic only within one file system), its
+    bytes forced to disk (fsync) before it is renamed over `path`; on any failure the temporary
+    file is removed and `path` is left as it was. Raises OSError for the caller to word.
+    """
+    import os
+    import tempfile
+
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        mode = path.stat().st_mode & 0o7777  # a file replaced keeps its permissions
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # a new file gets what open() would give it (mkstemp's is 0600)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise

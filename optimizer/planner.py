@@ -49,10 +49,10 @@ from rentopt.optimizer.billing import (
     transfer_hours,
 )
 from rentopt.optimizer.catalog import OfferSet
-from rentopt.optimizer.currency import FxTable
+from rentopt.optimizer.currency import FxTable, check_quote_currency
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout
-from rentopt.optimizer.hardware import get_gpu, resolve_user_gpu
+from rentopt.optimizer.hardware import get_gpu, read_user_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
 from rentopt.optimizer.offer_table import OfferTable, values_at
 from rentopt.optimizer.solver import Candidate as SolverCandidate
@@ -149,6 +149,24 @@ class GpuFilter:
         return None
 
 
+def _gpu_filter_names(items: Sequence[str]) -> list[str]:
+    return [part.strip().partition(":")[0].strip() for item in items for part in item.split(",")
+            if part.strip().partition(":")[0].strip()]
+
+
+def _reference_name(spec: str) -> str:
+    head, sep, rest = spec.strip().partition("x")
+    return rest.strip() if sep and head.strip().isdigit() else spec.strip()
+
+
+def gpu_name_notes(filters: Sequence[str], references: Sequence[str | None]) -> list[str]:
+    """The assumption lines of the GPU names a quote was given (--gpu and --exclude-gpu lists,
+    --on and --measured-on specs): how each bare name was read (hardware.read_user_gpu)."""
+    names = _gpu_filter_names(filters) + [_reference_name(r) for r in references if r]
+    notes = [read_user_gpu(name)[1] for name in dict.fromkeys(names)]
+    return list(dict.fromkeys(n for n in notes if n))
+
+
 def parse_gpu_filter(items: Sequence[str]) -> tuple[tuple[str, int | None], ...]:
     """`--gpu H100-SXM-80GB,A100:8` -> ((id, None), (id, 8)); names resolve through the catalog."""
     out: list[tuple[str, int | None]] = []
@@ -232,6 +250,9 @@ class QuoteRequest:
     pins: Pins = Pins()
     gpu_filter: GpuFilter = GpuFilter()
     tokens_basis: str = "--tokens"
+    # True: `validate_hours` is worked out from the job (sized_validation), not given by the user
+    validate_sized: bool = False
+    assumptions: tuple[str, ...] = ()  # how the request was read (a bare GPU name's variant), for the quote
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.tokens, self.days, self.rent_days)) != 1:
@@ -366,6 +387,64 @@ def default_reference(model: ModelSpec, setup: TrainingSetup, pins: Pins) -> tup
                      "has no reference to be measured on; give the job's size with --tokens")
 
 
+# Validation sized to the job (`--validate-hours` not given): a share of the training time,
+# never less than what loading the model and reaching steady memory and speed take, never more
+# than the long-standing 4 h default. Memory peaks by the first optimizer step and throughput
+# settles after the warm-up steps (CUDA graph/cuDNN autotuning, the data loader filling its
+# queue); 100 steps at micro-batch 1 covers both with room, and loading a 70B checkpoint from
+# local disk takes minutes, so the floor is half an hour.
+VALIDATE_SHARE = Decimal("0.10")
+VALIDATE_MIN_STEPS = 100
+VALIDATE_MIN_HOURS = Decimal("0.5")
+VALIDATE_MAX_HOURS = Decimal(4)
+
+
+def sized_validation(req: QuoteRequest) -> tuple[Decimal, str]:
+    """The validation run's length when the user did not give one, and the sentence that says why.
+
+    The share is of the training time on the --days reference (for --tokens: on the default
+    reference, the fewest A100-SXM-80GB that hold the job; for --rent-days: the rental).
+    """
+    if req.rent_days is not None:
+        train_hours, where = req.rent_days * 24, "the rental"
+        step_rate: float | None = None
+    else:
+        if req.reference is not None:
+            ref = req.reference
+            fit = find_layout(req.model, req.setup, _reference_shape(ref), pins=req.pins)
+            if isinstance(fit, NoFit):
+                raise InputError(f"--on {ref.text}: the job does not fit there ({fit.reason}); pick a layout that holds it")
+        else:
+            ref, fit = default_reference(req.model, req.setup, req.pins)
+        rate = speed_of(req.model, req.setup, fit.layout, get_gpu(ref.gpu)).typical
+        tokens = req.tokens if req.tokens is not None else rate * float(req.days * 24) * 3600  # type: ignore[operator]
+        train_hours = Decimal(str(tokens / rate / 3600))
+        where = f"training on {ref.text}"
+        # one micro-batch-1 step per GPU of the reference moves seq_len tokens on each
+        step_rate = rate / (ref.gpus * ref.nodes)
+    steps_hours = (Decimal(str(VALIDATE_MIN_STEPS * req.setup.seq_len / step_rate / 3600))
+                   if step_rate else Decimal(0))
+    floor = max(VALIDATE_MIN_HOURS, steps_hours)
+    share = train_hours * VALIDATE_SHARE
+    hours = min(VALIDATE_MAX_HOURS, max(floor, share)).quantize(Decimal("0.01"), rounding=ROUND_CEILING)
+    if share >= VALIDATE_MAX_HOURS:
+        why = f"the {VALIDATE_MAX_HOURS} h cap (10 % of the {_hours_text(train_hours)} h of {where} would be more)"
+    elif share >= floor:
+        why = f"10 % of the {_hours_text(train_hours)} h of {where}"
+    else:
+        why = (f"the least that loads the model and runs {VALIDATE_MIN_STEPS} steps to steady memory and speed "
+               f"(10 % of the {_hours_text(train_hours)} h of {where} would be less)")
+    return hours, f"validation: {_hours_text(hours)} h, {why}; --validate-hours sets it, --no-validate skips it"
+
+
+def _hours_text(hours: Decimal) -> str:
+    """
+    >>> _hours_text(Decimal("0.5")), _hours_text(Decimal("240.0833"))
+    ('0.50', '240.08')
+    """
+    return f"{hours.quantize(Decimal('0.01')):,}"
+
+
 @dataclass(frozen=True)
 class WorkPlan:
     """What the quote asks every plan to do, and why."""
@@ -417,8 +496,9 @@ def work_plan(req: QuoteRequest, prep: _Prepared) -> WorkPlan:
     assert req.days is not None
     hours = req.days * 24
     tokens = speed.typical * float(hours) * 3600
-    basis = f"{req.days.normalize():f} days on {ref.text} = {_tokens_text(tokens)} tokens"
-    notes.append(f"work: {req.days.normalize():f} days on {where} at {speed.typical:,.0f} tokens/s = "
+    days = f"{req.days.normalize():f} day{'' if req.days == 1 else 's'}"
+    basis = f"{days} on {ref.text} = {_tokens_text(tokens)} tokens"
+    notes.append(f"work: {days} on {where} at {speed.typical:,.0f} tokens/s = "
                  f"{_tokens_text(tokens)} tokens; every plan is priced for those tokens")
     if deadline is None:
         # The reference itself must be a valid plan: the deadline is its own pessimistic finish
@@ -510,6 +590,7 @@ class Candidate:
     hours_high: Decimal | None = None
     notes: tuple[str, ...] = ()
     signature: Signature | None = None
+    key_notes: tuple[str, ...] = ()  # the notes that can change the choice (not the speed model's account)
 
     @property
     def id(self) -> str:
@@ -574,6 +655,7 @@ class Planned:
     closest_memory: str | None = None
     first_pass: dict[str, int] = field(default_factory=dict)  # candidates before / after rough pruning
     table: OfferTable | None = None
+    closest_misses: list[str] = field(default_factory=list)  # the few nearest memory misses, nearest first
 
     @property
     def rejected(self) -> list[tuple[int, str, str]]:
@@ -603,6 +685,7 @@ class _Planner:
         self._speeds: dict[tuple[str, str], Speed] = {}
         self.rejected = Rejections()
         self.closest: tuple[float, str] | None = None
+        self.misses: dict[str, tuple[float, str]] = {}  # per GPU shape: its nearest memory miss
 
     # -- memoised layouts and speeds -----------------------------------------------------------
 
@@ -965,6 +1048,12 @@ class _Planner:
                     r = int(rows[0])
                     self.closest = (first_miss.overshoot, f"{t.provider[r]}/{t.offer_id[r]} ({t.gpus[r]} x {t.gpu[r]}): "
                                                           f"{first_miss.reason}")
+                if first_miss.overshoot is not None:
+                    r = int(rows[0])
+                    shape_name = f"{t.gpus[r]} x {t.gpu[r]}"
+                    if shape_name not in self.misses or first_miss.overshoot < self.misses[shape_name][0]:
+                        self.misses[shape_name] = (first_miss.overshoot, f"{t.provider[r]}/{t.offer_id[r]} "
+                                                                         f"({shape_name}): {first_miss.reason}")
         table = np.array(pieces, dtype=np.float64).reshape(-1, 7)
         row = np.concatenate(rows_of).astype(np.int64) if rows_of else np.zeros(0, dtype=np.int64)
         piece = np.repeat(np.arange(len(pieces)), [len(r) for r in rows_of])
@@ -1148,7 +1237,7 @@ class _Planner:
                       import_gb=prep.import_gb, out_gb=prep.export_gb)
             train.append(Candidate(use, o, fit.layout, gpu, speed, tokens, prep.disk_gb, prep.import_gb,
                                    prep.export_gb, _hours(import_h + low + export_h), _hours(import_h + high + export_h),
-                                   tuple(notes), Signature.of(fit.layout)))
+                                   tuple(notes), Signature.of(fit.layout), tuple(notes[len(speed.notes):])))
         validate: list[Candidate] = []
         if va is not None:
             for i in np.flatnonzero(keep_v):
@@ -1165,8 +1254,9 @@ class _Planner:
                                           prep.import_gb, prep.destroy_gb, signature=self.signatures[sig]))
         instance = self._instance(train, validate)
         candidates = {c.id: c for c in (*train, *validate)}
+        misses = [text for _, text in sorted(self.misses.values())[:CLOSEST_MISSES]]
         return Planned(instance, candidates, self.rejected, work, prep, self.closest[1] if self.closest else None,
-                       first, self.table)
+                       first, self.table, misses)
 
     def _instance(self, train: list[Candidate], validate: list[Candidate]) -> PlanInstance:
         req, work = self.req, self.work
@@ -1352,6 +1442,14 @@ def _v_keys(c: Candidate) -> frozenset:
     return frozenset({(c.gpu.id, c.signature), ("arch:" + c.gpu.architecture, c.signature)})
 
 
+def with_sized_validation(req: QuoteRequest) -> QuoteRequest:
+    """`req` with its validation length worked out (once) when the user did not give one."""
+    if not req.validate_sized or req.validate_hours is None:
+        return req
+    hours, _ = sized_validation(req)
+    return replace(req, validate_hours=hours, validate_sized=False)
+
+
 def plan_instance(req: QuoteRequest, offers: Sequence[Offer] | OfferTable, fx: FxTable, *,
                   first_pass: bool = True) -> Planned:
     """The solver's instance for `req` over `offers` (a list of offers or an OfferTable; no I/O
@@ -1360,7 +1458,9 @@ def plan_instance(req: QuoteRequest, offers: Sequence[Offer] | OfferTable, fx: F
     `first_pass=False` skips the rough pruning and gives every candidate exact terms (for tests
     that check the first pass against everything it could have kept).
     """
+    check_quote_currency(req.currency)
     fx.rate(req.currency)  # an unknown quote currency is an input error before any work
+    req = with_sized_validation(req)
     table = offers if isinstance(offers, OfferTable) else OfferTable.from_offers(list(offers))
     return _Planner(req, table, fx, first_pass).build()
 
@@ -1397,6 +1497,74 @@ def rejections(planned: Planned) -> list[Rejection]:
             for p, i, g, r, c, why in zip(providers, ids, gpus, raw, constraints, reasons)]
 
 
+# How many of the nearest misses a no-plan explanation lists (one per GPU shape).
+CLOSEST_MISSES = 5
+
+
+def explain_no_plan(exc: NoFeasiblePlan, planned: Planned, list_rejected: bool) -> NoFeasiblePlan:
+    """`exc` with what `--explain` and JSON print when nothing fits: the binding constraint with
+    its numbers, the closest misses, and the rejections by reason (each with a count and its
+    first reason, which states the number that failed)."""
+    rows, constraints, reasons = planned.rejections.columns()
+    by_reason: dict[str, dict[str, Any]] = {}
+    for constraint, reason in zip(constraints, reasons):
+        entry = by_reason.setdefault(constraint, {"constraint": constraint, "offers": 0, "example": reason})
+        entry["offers"] += 1
+    binding = exc.reasons[0] if exc.reasons else str(exc)
+    if not planned.instance.train:
+        # Every offer was rejected: the binding constraint is the commonest one the user did not
+        # choose (a --gpu or --providers filter, an offer dominated by a cheaper one, are choices).
+        chosen = [e for e in sorted(by_reason.values(), key=lambda e: -e["offers"])
+                  if e["constraint"] not in ("gpu", "dominated")]
+        if chosen:
+            top = chosen[0]
+            nearest = planned.closest_misses[0] if top["constraint"] == "memory" and planned.closest_misses else \
+                top["example"]
+            binding = f"{top['constraint']}: {top['offers']:,} of {planned.table.n if planned.table else '?':,} offers " \
+                      f"fail it; the closest: {nearest}"
+    misses = list(planned.closest_misses) if not planned.instance.train else _nearest_plans(planned)
+    exc.explanation = {
+        "binding": binding,
+        "reasons": list(exc.reasons),
+        "closest_misses": misses,
+        "rejections_by_reason": sorted(by_reason.values(), key=lambda e: -e["offers"]),
+        "offers": planned.table.n if planned.table is not None else None,
+        "rejected_count": len(planned.rejections),
+    }
+    if list_rejected:
+        exc.rejected = rejections(planned)
+    return exc
+
+
+def _nearest_plans(planned: Planned) -> list[str]:
+    """When the budget or the deadline binds: the plans that come nearest, the cheapest ones with
+    neither, each with its total and its finish at the typical and the slow end."""
+    inst = planned.instance
+    try:
+        relaxed = solve(replace(inst, budget=None, deadline_hours=None), top_k=CLOSEST_MISSES)
+    except NoFeasiblePlan:
+        return []
+    out = []
+    for bill in relaxed.plans:
+        t = planned.candidates[bill.choice.train]
+        v = planned.candidates[bill.choice.validate] if bill.choice.validate else None
+        slow = _wall(bill, v, t.hours_high, inst.idle_hours) or bill.wall_hours
+        out.append(f"{t.offer.provider}/{t.offer.offer_id} ({t.use.nodes * t.offer.gpus} x {t.gpu.id}): "
+                   f"{round_money(bill.total, inst.currency):,} {inst.currency}"
+                   + (" + unknown" if bill.unknown else "")
+                   + f", done in {_days_text(bill.wall_hours)} ({_days_text(slow)} at the slow end)")
+    return out
+
+
+def _days_text(hours: Decimal) -> str:
+    """
+    >>> _days_text(Decimal(24)), _days_text(Decimal(100))
+    ('1.0 day', '4.2 days')
+    """
+    days = (hours / 24).quantize(Decimal("0.1"))
+    return f"{days} day" if days == 1 else f"{days} days"
+
+
 def _no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoFeasiblePlan:
     counts = planned.rejections.counts()
     parts = [f"{n} offer{'s' if n > 1 else ''} by {c}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])]
@@ -1405,7 +1573,8 @@ def _no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoF
         reasons.append(f"closest miss: {planned.closest_memory}")
     if req.setup.mode == "full":
         reasons.append("try --mode lora/qlora, gradient checkpointing, a shorter --seq-len, or more GPUs")
-    message = "No feasible plan: " + "; ".join(reasons) + ". Run with --explain to see every rejection."
+    message = ("No feasible plan: " + "; ".join(reasons) + ". Run with --explain to see the closest misses and "
+               "every rejection.")
     return NoFeasiblePlan(message, reasons)
 
 
@@ -1416,20 +1585,27 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     `rejected_count` (a table without --explain does not need 10,000 rejection records).
     """
     table = offers.table()
+    validation_note = None
+    if req.validate_sized and req.validate_hours is not None:
+        hours, validation_note = sized_validation(req)
+        req = replace(req, validate_hours=hours, validate_sized=False)
     if req.measured_peak_gb is not None and req.measured is None:
         req = replace(req, measured=_peak_scale(req, table, fx))
     planned = plan_instance(req, table, fx)
     inst = planned.instance
     if not inst.train:
-        raise _no_candidates(planned, req, table.n)
+        raise explain_no_plan(_no_candidates(planned, req, table.n), planned, list_rejected)
     try:
         solution = solve(inst, top_k=req.top)
     except NoFeasiblePlan as exc:
-        raise NoFeasiblePlan(str(exc) + " Run with --explain to see rejected offers.", exc.reasons) from None
+        raise explain_no_plan(NoFeasiblePlan(str(exc) + " Run with --explain to see the binding constraint and the "
+                                             "rejected offers.", exc.reasons), planned, list_rejected) from None
     plans = [_plan(rank, bill, planned, offers) for rank, bill in enumerate(solution.plans, start=1)]
     used = [planned.candidates[uid].offer for b in solution.plans for uid in (b.choice.train, b.choice.validate) if uid]
     prep = planned.prep
-    assumptions = list(prep.train_memory.assumptions[:1]) + prep.notes + list(planned.work.notes)
+    assumptions = list(req.assumptions) + list(prep.train_memory.assumptions[:1]) + prep.notes + list(planned.work.notes)
+    if validation_note:
+        assumptions.append(validation_note)
     assumptions.append(f"disk {prep.disk_gb} GB = base weights + {req.data_gb} GB data + "
                        f"{req.keep_checkpoints} checkpoints of {_gb(prep.train_memory.checkpoint_gb)} GB")
     dated = [(o.currency, o.fetched_at) for o in used]
@@ -1478,7 +1654,8 @@ def _stage(kind: str, c: Candidate, bill, hours: Decimal, layout: str, gpus: int
                      gpus=c.use.nodes * c.offer.gpus if gpus is None else gpus, nodes=c.use.nodes, layout=layout,
                      hours=hours, billing=_money_lines(bill), cost=bill.cost, unknown_charges=list(bill.unknown),
                      precision=c.layout.precision if gpus is None else None,
-                     attention=c.layout.attention if gpus is None else None, notes=list(notes))
+                     attention=c.layout.attention if gpus is None else None,
+                     link=c.layout.link if gpus is None else None, notes=list(notes))
 
 
 def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan:
@@ -1489,6 +1666,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
     v = cands[bill.choice.validate] if bill.choice.validate else None
     stages: list[PlanStage] = []
     notes: list[str] = []
+    key: list[str] = []  # the notes that can change the choice (Plan.key_notes)
     idle_h = inst.idle_hours
     if v is not None:
         vb = bill.stage("validate")
@@ -1501,6 +1679,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
         notes.append(_validation_reason(v, t))
         notes.append(_idle_reason(bill, v, t, ccy, idle_h))
         notes += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.notes]
+        key += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.key_notes]
     tb, eb = bill.stage("train"), bill.stage("export")
     export_h = transfer_hours(planned.prep.export_gb, t.offer.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
     stages.append(_stage("train", t, tb, t.use.hours, t.layout.strategy))
@@ -1508,16 +1687,23 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
     if bill.choice.idle not in ("stop", "continue"):
         notes.append(f"train compute: {explain_cover(t.use.pricing, t.use.hours, ccy)}"
                      + (f" per node, {t.use.nodes} nodes" if t.use.nodes > 1 else ""))
-        notes += cover_notes(t.use.pricing, t.use.hours, ccy, t.use.nodes)
+        advice = cover_notes(t.use.pricing, t.use.hours, ccy, t.use.nodes)
     elif v is not None:
-        notes += lease_cover_notes(v.use, t.use, idle_h)
+        advice = lease_cover_notes(v.use, t.use, idle_h)
+    else:
+        advice = []
+    notes += advice
+    key += advice
     if not t.offer.net_down_mbps or not t.offer.net_up_mbps:
         notes.append(f"transfer speed not stated: assumed {DEFAULT_MBPS:g} Mbit/s")
     notes += [f"{t.offer.provider}/{t.offer.offer_id}: {n}" for n in t.notes]
+    key += [f"{t.offer.provider}/{t.offer.offer_id}: {n}" for n in t.key_notes]
     if t.offer.price_locked:
         notes.append(f"{t.offer.provider}: the hourly price is locked at order time until destroy")
+        key.append(notes[-1])
     if t.offer.max_duration_hours:
         notes.append(f"host maximum rental: {t.offer.max_duration_hours:.0f} h")
+        key.append(notes[-1])
     chosen = [t.offer] + ([v.offer] if v else [])
     prices = []
     for o in {o.key: o for o in chosen}.values():
@@ -1538,6 +1724,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
         cost_per_billion_tokens=round_money(bill.total / tokens * Decimal(10**9), ccy) if tokens else None,
         scaling_efficiency=speed.scaling if speed else None,
         prices=prices, notes=list(dict.fromkeys(n for n in notes if n)),
+        key_notes=list(dict.fromkeys(n for n in key if n)),
         idle_alternative=_alternative(bill, ccy),
     )
 
@@ -1570,9 +1757,11 @@ def _alternative(bill: PlanBill, ccy: str) -> str | None:
     alt = bill.alternative
     if alt is None:
         return None
-    unknown = f" + unknown {', '.join(alt.unknown)}" if alt.unknown else ""
+    # the kinds of the unknown charges ("storage running: 23.96 GB for 0.63 h" -> storage running)
+    kinds = list(dict.fromkeys(u.split(":", 1)[0] for u in alt.unknown))
+    unknown = f" + unknown {', '.join(kinds)}" if kinds else ""
     tail = f"; {alt.break_even}" if alt.break_even else ""
-    return f"{alt.idle}: {round_money(alt.total, ccy)} {ccy}{unknown}{tail}"
+    return f"{alt.idle}: {round_money(alt.total, ccy):,} {ccy}{unknown}{tail}"
 
 
 def _validation_reason(v: Candidate, t: Candidate) -> str:
@@ -1593,7 +1782,7 @@ def _idle_reason(bill: PlanBill, v: Candidate, t: Candidate, ccy: str, idle_hour
         return "no idle gap: training continues on the validation instance (one rental, no re-import)"
     if bill.choice.idle == "stop":
         gap = bill.stage("idle")
-        cost = f"{round_money(gap.cost, ccy)} {ccy}" if gap else "nothing"
+        cost = f"{round_money(gap.cost, ccy):,} {ccy}" if gap else "nothing"
         unknown = " + unknown charges" if gap and gap.unknown else ""
         return f"idle: stop the instance for the gap ({cost}{unknown}), then train on it (one rental, no re-import)"
     if not same:

@@ -37,6 +37,9 @@ log = redacted_logger("rentopt.refresh")
 # Exit statuses of `rentopt refresh` (README "rentopt refresh"); 2 and 4 come from the CLI's
 # error handling (InputError, FileSystemError/StoreError).
 EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, EXIT_NONE_SUCCEEDED, EXIT_LOCAL_FILES = 0, 1, 2, 3, 4
+# Plugins that read only local files (the user's and the bundled price sheets), never the network.
+LOCAL_PLUGINS = frozenset({"sheet"})
+
 # Rejected rows listed by name in the summary, per plugin run; the rest are counted.
 MAX_PROBLEMS_SHOWN = 5
 
@@ -92,8 +95,12 @@ class RefreshReport:
     def exit_code(self) -> int:
         """0: every selected provider refreshed (an unrequested one skipped for lack of a key
         does not count against that); 1: some did not (their last good data is kept);
-        3: none succeeded."""
-        succeeded = [r for r in self.results if r.status in ("ok", "kept")]
+        3: none succeeded. The price sheets are read from local files: their success says
+        nothing about the night's fetching, so with any other plugin selected they do not count
+        as one (offline, a refresh of everything exits 3, as README's table says)."""
+        fetching = [r for r in self.results if (r.plugin or r.provider) not in LOCAL_PLUGINS
+                    and not (r.status == "skipped" and not r.requested)]
+        succeeded = [r for r in (fetching or self.results) if r.status in ("ok", "kept")]
         missed = [r for r in self.results if r.status == "failed" or (r.status == "skipped" and r.requested)]
         if not succeeded:
             return EXIT_NONE_SUCCEEDED

@@ -59,14 +59,74 @@ def fits_summary(fits: dict[int, list[Fit]], classes: dict[str, str]) -> list[li
     return rows
 
 
+def estimate_answer(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate, fits: dict[int, list[Fit]],
+                    classes: dict[str, str], speed: LayoutSpeed | None = None,
+                    layout_memory: MemoryEstimate | None = None) -> dict[str, Any]:
+    """The question `estimate` answers, answered first: does the job fit (on --gpu, else as
+    configured), with which layout, and how much host RAM CPU offload needs.
+
+    `layout_memory` is the memory of the layout chosen on --gpu (its offloaded state is the
+    host RAM it needs, per GPU)."""
+    if speed is not None:
+        where = f"{speed.layout.total_gpus if speed.layout else setup.gpus} x {speed.layout.gpu if speed.layout else '?'}"
+        if speed.layout is None or layout_memory is None:
+            return {"fits": False, "text": f"fits: no: {speed.rejected}", "gpu": None, "gpus": setup.gpus,
+                    "layout": None, "host_ram_gb": 0.0, "offload_bytes": 0, "reason": speed.rejected}
+        lay = speed.layout
+        per_node = lay.gpus_per_node
+        host = layout_memory.cpu_offload_gb * per_node
+        words = layout_words(lay.strategy, lay.total_gpus, lay.nodes, lay.link)
+        text = f"fits {where}: yes, with {words}"
+        if host:
+            text += f", needs ~{host:,.0f} GB of host RAM per node for the offloaded state"
+        text += f"; {lay.required_gb_per_gpu:,.1f} of {lay.gpu_memory_gb:g} GB per GPU"
+        return {"fits": True, "text": text, "gpu": lay.gpu, "gpus": lay.total_gpus, "nodes": lay.nodes,
+                "layout": lay.strategy, "layout_words": words, "required_gb_per_gpu": lay.required_gb_per_gpu,
+                "host_ram_gb": round(host, 2), "host_ram_gb_per_gpu": layout_memory.cpu_offload_gb,
+                "offload_bytes": int(round(host * 1e9)), "reason": None}
+    found = fits.get(setup.gpus) or []
+    host = est.cpu_offload_gb * setup.gpus
+    if not found:
+        text = (f"fits: no catalog GPU holds it on {setup.gpus} GPU{'s' if setup.gpus > 1 else ''} as configured "
+                f"({est.required_gb_per_gpu:,.1f} GB per GPU); see the table for more GPUs")
+        return {"fits": False, "text": text, "gpu": None, "gpus": setup.gpus, "layout": None,
+                "host_ram_gb": round(host, 2), "offload_bytes": int(round(host * 1e9)), "reason": text}
+    smallest = {}
+    for f in sorted(found, key=lambda f: (f.layout.offload != "none", f.layout.gpu_memory_gb, f.layout.gpu)):
+        smallest.setdefault(classes[f.layout.gpu], f)
+    picks = ", ".join(f"{f.layout.gpu} ({layout_words(f.layout.strategy, setup.gpus, 1, f.layout.link)})"
+                      for cls in CLASS_ORDER if (f := smallest.get(cls)))
+    text = (f"fits: yes, on {setup.gpus} GPU{'s' if setup.gpus > 1 else ''} of {len(found)} catalog cards; the smallest "
+            f"per class: {picks}")
+    if host:
+        text += f"; needs ~{host:,.0f} GB of host RAM for the offloaded state"
+    best = smallest[next(c for c in CLASS_ORDER if c in smallest)].layout
+    return {"fits": True, "text": text, "gpu": best.gpu, "gpus": setup.gpus, "layout": best.strategy,
+            "host_ram_gb": round(host, 2), "offload_bytes": int(round(host * 1e9)), "reason": None}
+
+
 def estimate_table(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
-                   fits: dict[int, list[Fit]], classes: dict[str, str], speed: LayoutSpeed | None = None) -> str:
+                   fits: dict[int, list[Fit]], classes: dict[str, str], speed: LayoutSpeed | None = None,
+                   layout_memory: MemoryEstimate | None = None) -> str:
+    """The answer first (does it fit, how, what host RAM), then the cheapest cards that hold it,
+    then the speed, then the breakdown and what it assumes."""
     from tabulate import tabulate
 
     b = est.breakdown_gb
-    lines = [estimate_header(model, setup), ""]
+    answer = estimate_answer(model, setup, est, fits, classes, speed, layout_memory)
+    lines = [estimate_header(model, setup), *wrapped(answer["text"][0].upper() + answer["text"][1:] + "."), ""]
     if model.notes:
         lines += [f"note: {n}" for n in model.notes] + [""]
+    lines.append("Smallest GPU per class that holds this job in one node, without CPU offload where possible")
+    lines.append("(`rentopt gpus` lists the catalog; PCIe assumed unless SXM/OAM parts with NVLink):")
+    lines.append(tabulate(fits_summary(fits, classes), headers=["GPUs", *CLASS_ORDER], disable_numparse=True))
+    lines.append("")
+    if speed is not None:
+        lines += speed_section(speed) + [""]
+    if layout_memory is not None and speed is not None and speed.layout is not None:
+        lines.append(f"Memory as configured on the command line ({setup.gpus} GPU{'s' if setup.gpus > 1 else ''}"
+                     f"{', ' + setup_layout_text(setup) if setup_layout_text(setup) else ''}); "
+                     f"on {speed.layout.strategy} it is {layout_memory.required_gb_per_gpu:,.2f} GB per GPU:")
     comp = [
         ["weights", _gb(b.weights), "parameters resident on each GPU (sharded/quantised as configured)"],
         ["gradients", _gb(b.gradients), f"{est.trainable_params_b:.3f}B trainable parameters"],
@@ -90,15 +150,22 @@ def estimate_table(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
     if est.cpu_offload_gb:
         lines.append(f"host RAM for offloaded/paged state: {_gb(est.cpu_offload_gb)} GB per GPU")
     lines.append("")
-    lines.append("Smallest GPU per class that holds this job in one node, without CPU offload where possible")
-    lines.append("(`rentopt gpus` lists the catalog; PCIe assumed unless SXM/OAM parts with NVLink):")
-    lines.append(tabulate(fits_summary(fits, classes), headers=["GPUs", *CLASS_ORDER], disable_numparse=True))
-    lines.append("")
-    if speed is not None:
-        lines += speed_section(speed) + [""]
     lines.append("assumptions:")
     lines += [f"  - {a}" for a in est.assumptions]
     return "\n".join(lines)
+
+
+def setup_layout_text(setup: TrainingSetup) -> str:
+    parts = []
+    if setup.zero:
+        parts.append(f"ZeRO-{setup.zero}")
+    if setup.fsdp:
+        parts.append("FSDP")
+    if setup.tensor_parallel > 1:
+        parts.append(f"TP{setup.tensor_parallel}")
+    if setup.offload != "none":
+        parts.append(f"offload {setup.offload}")
+    return " + ".join(parts)
 
 
 def speed_section(speed: LayoutSpeed) -> list[str]:
@@ -146,8 +213,11 @@ def speed_json(speed: LayoutSpeed) -> dict | None:
 
 
 def estimate_json(est: MemoryEstimate, fits: dict[int, list[Fit]], classes: dict[str, str],
-                  speed: LayoutSpeed | None = None) -> str:
+                  speed: LayoutSpeed | None = None, *, model: ModelSpec | None = None,
+                  setup: TrainingSetup | None = None, layout_memory: MemoryEstimate | None = None) -> str:
     data = est.model_dump(mode="json")
+    if model is not None and setup is not None:
+        data["answer"] = estimate_answer(model, setup, est, fits, classes, speed, layout_memory)
     data["fits"] = {
         str(n): [{"gpu": f.layout.gpu, "class": classes[f.layout.gpu], "layout": f.layout.strategy,
                   "required_gb_per_gpu": f.layout.required_gb_per_gpu, "gpu_memory_gb": f.layout.gpu_memory_gb,
@@ -203,32 +273,86 @@ def number(d: Decimal, places: int = 2) -> str:
 
 
 def cost_text(amount: Decimal | None, unknown: Sequence[str], currency: str) -> str:
-    """A stage or plan amount: the known part, and 'unknown' for what has no published price
-    (an amount None is wholly unknown: a line item with an unpriced part)."""
+    """A stage or plan amount: the known part, and '+ unknown' for what has no published price
+    (the known part is always shown, so a stage covered by an earlier stage's rental reads 0.00;
+    an amount None is wholly unknown: a line item with an unpriced part).
+
+    >>> cost_text(Decimal("4.236"), ["egress: 1 GB"], "USD"), cost_text(Decimal(0), ["x"], "CNY"), cost_text(None, [], "USD")
+    ('4.24 USD + unknown', '0.00 CNY + unknown', 'unknown')
+    """
     if amount is None:
         return "unknown"
-    if not unknown:
-        return money(amount, currency)
-    return f"{money(amount, currency)} + unknown" if amount else "unknown"
+    return money(amount, currency) + (" + unknown" if unknown else "")
 
 
-def _bill_text(st: PlanStage) -> str:
+def hours_text(hours: Decimal) -> str:
+    """Hours for people: always two decimals.
+
+    >>> hours_text(Decimal("2.153611111111111111111111111")), hours_text(Decimal(0)), hours_text(Decimal("1234.5"))
+    ('2.15', '0.00', '1,234.50')
+    """
+    return f"{hours.quantize(Decimal('0.01')):,}"
+
+
+def rate_text(price: Decimal, currency: str) -> str:
+    """A unit price: the currency's minor unit, or up to two more digits where the price has them
+    (0.8338 per hour is a real published rate; 1.04 is not written 1.0400).
+
+    >>> rate_text(Decimal("1.040000"), "USD"), rate_text(Decimal("0.833800"), "USD"), rate_text(Decimal("7920"), "CNY")
+    ('1.04', '0.8338', '7,920.00')
+    """
+    from rentopt.optimizer.billing import round_money
+
+    minor = round_money(price, currency)
+    if minor == price:
+        return f"{minor:,}"
+    places = -minor.as_tuple().exponent + 2  # type: ignore[operator]
+    finer = price.quantize(Decimal(1).scaleb(-places)).normalize()
+    if -finer.as_tuple().exponent < -minor.as_tuple().exponent:  # type: ignore[operator]
+        finer = finer.quantize(minor)
+    return f"{finer:,}"
+
+
+def _bill_text(st: PlanStage, currency: str = "") -> str:
+    """A stage's compute lines: '4.08 h x 1.04', '2 days x 330.00', '1 x month-2026 at 7,920.00'."""
     parts = []
     for line in st.billing:
         if line.what != "compute":
             continue
-        price = "?" if line.unit_price is None else number(line.unit_price, 4)
-        parts.append(f"{number(line.count)} {line.unit} @ {price}")
-    return "; ".join(parts) or "-"
+        price = "?" if line.unit_price is None else rate_text(line.unit_price, currency or "USD")
+        if line.unit == "hour":
+            parts.append(f"{hours_text(line.count)} h x {price}/h")
+        elif line.unit in ("day", "week", "month"):
+            parts.append(f"{number(line.count)} {line.unit}{'' if line.count == 1 else 's'} x {price}")
+        else:
+            parts.append(f"{number(line.count)} x {line.unit} at {price}")
+    return "; ".join(parts)
+
+
+def lease_text(plan: Plan, index: int) -> str:
+    """What the rental charges stage `index` for its compute: its own units, or, for a stage that
+    runs on an instance an earlier stage already rented (one lease), which stage paid for it."""
+    st = plan.stages[index]
+    own = _bill_text(st, plan.currency)
+    if own:
+        return own
+    if st.kind == "idle" and st.layout.startswith("training continues"):
+        return "no gap"
+    if st.kind == "export":
+        return "in the train stage's hours"  # the copy-out is part of the training rental's time
+    for earlier in plan.stages[:index]:
+        if earlier.offer_id == st.offer_id and earlier.provider == st.provider and _bill_text(earlier, plan.currency):
+            return f"in the rental paid at {earlier.kind}"
+    return "-"
 
 
 def _plan_rows(plan: Plan) -> list[list[str]]:
     rows = []
-    for st in plan.stages:
+    for i, st in enumerate(plan.stages):
         where = f"{st.provider}/{st.offer_id}" if st.offer_id else st.provider
         gpus = f"{st.gpus} x {st.gpu}" if st.gpus else st.gpu
         run = " ".join(x for x in (st.precision, st.attention) if x) or "-"
-        rows.append([st.kind, where, gpus, st.layout, run, number(st.hours), _bill_text(st),
+        rows.append([st.kind, where, gpus, st.layout, run, hours_text(st.hours), lease_text(plan, i),
                      cost_text(st.cost, st.unknown_charges, plan.currency)])
     return rows
 
@@ -266,6 +390,18 @@ def _unknown_kinds(plan: Plan) -> set[str]:
     return {line.what for st in plan.stages for line in st.billing if line.cost is None}
 
 
+_UNKNOWN_WORDS = {"compute": "compute", "storage_running": "disk", "storage_stopped": "stopped disk",
+                  "egress": "egress", "ingress": "ingress"}
+
+
+def unknown_words(plan: Plan) -> str:
+    """The kinds of charge a plan has no published price for, in a few words ('-' when none).
+
+    Kinds are listed in line-item order: compute, disk, stopped disk, egress, ingress."""
+    kinds = _unknown_kinds(plan) if plan.unknown_charges else set()
+    return ", ".join(word for k, word in _UNKNOWN_WORDS.items() if k in kinds) or "-"
+
+
 def _line_items(plan: Plan) -> str:
     unknown_kinds = _unknown_kinds(plan)
     out = []
@@ -275,10 +411,211 @@ def _line_items(plan: Plan) -> str:
     return ", ".join(out)
 
 
-def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = None) -> str:
+_STRATEGY_WORDS = {"single": "one GPU", "ddp": "data parallel", "replicas": "a copy per GPU", "fsdp": "FSDP",
+                   "offload-optimizer": "optimizer on CPU", "offload-all": "CPU offload"}
+_LINK_WORDS = {"nvlink": "NVLink", "pcie": "PCIe", "pcie-no-p2p": "PCIe (no P2P)"}
+
+
+def layout_words(strategy: str, gpus: int = 1, nodes: int = 1, link: str | None = None) -> str:
+    """A parallel layout in plain words (the README's glossary explains each term once).
+
+    >>> layout_words("zero1", 2, 1, "pcie"), layout_words("single")
+    ('ZeRO-1 over PCIe', 'one GPU')
+    >>> layout_words("zero3+offload-optimizer", 4, 1, "pcie-no-p2p")
+    'ZeRO-3 + optimizer on CPU over PCIe (no P2P)'
+    >>> layout_words("tp8+pp2", 16, 2, "nvlink")
+    'tensor parallel 8 + pipeline 2 over NVLink, 2 nodes'
+    """
+    words = []
+    for part in strategy.split("+"):
+        if part in _STRATEGY_WORDS:
+            words.append(_STRATEGY_WORDS[part])
+        elif part.startswith("zero") and part[4:].isdigit():
+            words.append(f"ZeRO-{part[4:]}")
+        elif part.startswith("tp") and part[2:].isdigit():
+            words.append(f"tensor parallel {part[2:]}")
+        elif part.startswith("pp") and part[2:].isdigit():
+            words.append(f"pipeline {part[2:]}")
+        else:
+            words.append(part)
+    text = " + ".join(words)
+    if gpus > nodes and link in _LINK_WORDS:
+        text += f" over {_LINK_WORDS[link]}"
+    if nodes > 1:
+        text += f", {nodes} nodes"
+    return text
+
+
+def _training_stage(plan: Plan) -> PlanStage:
+    return next(st for st in plan.stages if st.kind == "train")
+
+
+def _finish_text(plan: Plan) -> str:
+    if plan.hours is None:
+        return "?"
+    if plan.hours_low is not None and plan.hours_high is not None and plan.hours_high != plan.hours_low:
+        return f"{_days(plan.hours)} ({_days(plan.hours_low)}-{_days(plan.hours_high)})"
+    return _days(plan.hours)
+
+
+# The one-screen quote: at most this many notes under the #1 plan (the rest: --details).
+KEY_NOTES = 5
+# Offer ids are shortened to this many characters on the one screen (whole in JSON and --details).
+OFFER_ID_WIDTH = 60
+
+
+def shorten(text: str, width: int) -> str:
+    """
+    >>> shorten("vast/2x-RTX_6000Ada-32-65536/Estonia, EE, EU", 20)
+    'vast/2x-RTX_6000A...'
+    """
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def quote_table(quote: Quote, *, explain: bool = False, details: bool = False, now: datetime | None = None,
+                job: str = "") -> str:
+    """The quote for people. By default one screen: a short header, one row per plan, the #1
+    plan's stages and the notes that can change the choice. `details`: everything (each plan's
+    stages, line items, notes and sources; the assumptions). `explain`: every rejected offer."""
+    if details:
+        return _quote_details(quote, explain=explain, now=now, job=job)
     from tabulate import tabulate
 
-    out: list[str] = []
+    ccy = quote.currency
+    out = _quote_header(quote, now, job)
+    rows = []
+    for plan in quote.plans:
+        t = _training_stage(plan)
+        rows.append([str(plan.rank), t.provider, f"{t.gpus} x {t.gpu}", layout_words(t.layout, t.gpus, t.nodes, t.link),
+                     _finish_text(plan), money(plan.total, ccy).removesuffix(f" {ccy}"),
+                     "-" if plan.cost_per_billion_tokens is None else
+                     money(plan.cost_per_billion_tokens, ccy).removesuffix(f" {ccy}"),
+                     unknown_words(plan)])
+    out.append("")
+    out.append(tabulate(rows, headers=["#", "provider", "GPUs", "layout", "finish, days", f"total {ccy}",
+                                       f"{ccy} per B tokens", "not priced (unknown)"],
+                        disable_numparse=True, colalign=("right", "left", "left", "left", "left", "right", "right")))
+    if quote.plans:
+        out.append("")
+        out += _best_plan(quote.plans[0], quote, now)
+    out.append("")
+    more = ["--details: every plan's stages, notes and price sources"]
+    if explain and quote.rejected:
+        out += _rejections(quote)
+    elif quote.rejected_count:
+        more.append(f"--explain: the {quote.rejected_count:,} offer{'' if quote.rejected_count == 1 else 's'} "
+                    "rejected and why")
+    out.append("More: " + "; ".join(more) + ".")
+    return "\n".join(out)
+
+
+def _quote_header(quote: Quote, now: datetime | None, job: str) -> list[str]:
+    out = wrapped(job) if job else []
+    if quote.work is not None:
+        due_days = number(quote.work.deadline_hours / 24, 1) if quote.work.deadline_hours is not None else ""
+        due = (f"; done within {due_days} day{'' if due_days == '1' else 's'}"
+               if quote.work.deadline_hours is not None else "")
+        basis = quote.work.basis if quote.work.basis != "--tokens" or quote.work.tokens is None else \
+            f"{_tokens(quote.work.tokens)} tokens"
+        out.append(f"Work: {basis}{due}. Amounts in {quote.currency}.")
+    else:
+        out.append(f"Amounts in {quote.currency}.")
+    for a in quote.assumptions:
+        if a.startswith("GPU '"):  # how a bare GPU name on the command line was read
+            out += wrapped(f"Assumed: {a}.")
+    out += wrapped(prices_header(quote, now))
+    out += [f"NO PRICES for {line}" for line in quote.missing_providers]
+    for fx in quote.fx:
+        out.append(f"Exchange rate: 1 USD = {fx.per_usd} {fx.currency} (ECB reference rate of {fx.as_of})"
+                   if fx.source.startswith("ECB") else
+                   f"Exchange rate: 1 USD = {fx.per_usd} {fx.currency} ({fx.source}, {fx.as_of})")
+    return out
+
+
+def prices_header(quote: Quote, now: datetime | None = None) -> str:
+    """Where the prices come from and how old they are, from every provider the quote read (so it
+    does not change with --top)."""
+    origin = {"store": "the local price store", "bundled": "the BUNDLED SNAPSHOT shipped with rentopt",
+              "sheet": "your own price sheets", "offers-file": "the offers file"}[quote.price_origin]
+    dates = sorted({s.fetched_at for s in quote.sources if s.fetched_at is not None and s.dated_by != "unknown"})
+    if not dates and quote.prices_as_of is not None:
+        dates = [quote.prices_as_of]
+    if not dates:
+        when = ""
+    elif dates[0].date() == dates[-1].date():
+        when = f" of {dates[0]:%Y-%m-%d} ({age(dates[0], now)})"
+    else:
+        when = f" dated {dates[0]:%Y-%m-%d} ({age(dates[0], now)}) to {dates[-1]:%Y-%m-%d}"
+    stale = sorted(s.provider for s in quote.sources if s.stale)
+    undated = sorted(s.provider for s in quote.sources if s.dated_by == "unknown")
+    by_file = sorted(s.provider for s in quote.sources if s.dated_by == "file-time")
+    hint = "; run `rentopt refresh` for current prices" if quote.price_origin == "bundled" else ""
+    tail = "".join(f"; {what}: {', '.join(names)}" for what, names in
+                   (("date unknown", undated), ("dated by file time", by_file), ("STALE", stale)) if names)
+    return f"Prices: {origin}{when}{hint}{tail}."
+
+
+def _best_plan(plan: Plan, quote: Quote, now: datetime | None) -> list[str]:
+    from tabulate import tabulate
+
+    ccy = plan.currency
+    t = _training_stage(plan)
+    price = next((p for p in plan.prices if p.provider == t.provider), None)
+    dated = f", prices: {date_words(price.fetched_at, price.dated_by, now, age=False)}" if price else ""
+    out = [f"#1 stage by stage: {shorten(f'{t.provider}/{t.offer_id}', OFFER_ID_WIDTH)}{dated}"]
+    rows = []
+    for i, st in enumerate(plan.stages):
+        if st.kind == "idle" and st.hours == 0 and not st.billing:
+            continue  # no gap: training continues on the validation instance
+        what = (layout_words(st.layout, st.gpus, st.nodes, st.link) if st.gpus else st.layout)
+        where = f"{st.gpus} x {st.gpu}, {what}" if st.gpus else what
+        if st.offer_id != t.offer_id or st.provider != t.provider:
+            where = f"{shorten(f'{st.provider}/{st.offer_id}', 30)}: {where}"
+        rows.append([st.kind, where, hours_text(st.hours), lease_text(plan, i), cost_text(st.cost, st.unknown_charges, ccy)])
+    out.append(tabulate(rows, headers=["stage", "runs on", "hours", "the rental charges", "cost"],
+                        disable_numparse=True, colalign=("left", "left", "right", "left", "right")))
+    unknown = unknown_words(plan)
+    if unknown != "-":
+        out.append(f"Not in the total (no published price): {unknown}.")
+    notes = [a for a in quote.assumptions if a.startswith("validation: ")]
+    if plan.idle_alternative:
+        notes.append(f"alternative for the gap: {plan.idle_alternative}")
+    own = f"{t.provider}/{t.offer_id}: "
+    notes += [n.removeprefix(own) for n in plan.key_notes]
+    notes += [n for n in quote.assumptions if "rate" in n and "older" in n]
+    for n in notes[:KEY_NOTES]:
+        out += wrapped(f"note: {n}")
+    return out
+
+
+# The one screen's width: lines are wrapped to it (a terminal of 160 columns shows it whole).
+SCREEN_WIDTH = 160
+
+
+def wrapped(line: str, width: int = SCREEN_WIDTH) -> list[str]:
+    """One line of prose wrapped to `width`, continuation lines indented.
+
+    >>> wrapped("note: " + "word " * 5, 16)
+    ['note: word word', '  word word word']
+    """
+    import textwrap
+
+    return textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False) or [line]
+
+
+def _rejections(quote: Quote) -> list[str]:
+    from tabulate import tabulate
+
+    out = ["", f"rejected offers ({len(quote.rejected)}):"]
+    rows = [[r.provider, r.offer_id, r.gpu, r.constraint, r.reason] for r in quote.rejected]
+    out.append(tabulate(rows, headers=["provider", "offer", "gpu", "constraint", "reason"], disable_numparse=True))
+    return out
+
+
+def _quote_details(quote: Quote, *, explain: bool, now: datetime | None, job: str) -> str:
+    from tabulate import tabulate
+
+    out: list[str] = [job] if job else []
     out.append(_prices_line(quote, now))
     out += [f"NO PRICES for {line}" for line in quote.missing_providers]
     for fx in quote.fx:
@@ -308,10 +645,7 @@ def quote_table(quote: Quote, *, explain: bool = False, now: datetime | None = N
         out += [f"  {src.line}" for src in quote.sources]
     out += [f"note: {n}" for n in quote.source_notes]
     if explain and quote.rejected:
-        out.append("")
-        out.append(f"rejected offers ({len(quote.rejected)}):")
-        rows = [[r.provider, r.offer_id, r.gpu, r.constraint, r.reason] for r in quote.rejected]
-        out.append(tabulate(rows, headers=["provider", "offer", "gpu", "constraint", "reason"], disable_numparse=True))
+        out += _rejections(quote)
     elif quote.rejected_count:
         out.append("")
         out.append(f"{quote.rejected_count} offers rejected; --explain lists each with the number that failed.")
@@ -375,3 +709,45 @@ def _md(text: Any) -> str:
     from rentopt.optimizer.text import escape_markdown
 
     return escape_markdown(str(text))
+
+
+# --------------------------------------------------------------------------------------------
+# No plan
+
+
+def no_plan_text(exc: Any) -> str:
+    """What `--explain` prints when no plan fits: the binding constraint with its numbers, the
+    closest misses, the rejections by reason, then every rejected offer."""
+    from tabulate import tabulate
+
+    info = exc.explanation or {"binding": str(exc), "reasons": exc.reasons, "closest_misses": [],
+                               "rejections_by_reason": []}
+    out = ["No feasible plan.", ""]
+    out += wrapped(f"Binding constraint: {info['binding']}")
+    for reason in info["reasons"][1:]:
+        out += wrapped(f"  also: {reason}")
+    if info["closest_misses"]:
+        out += ["", "Closest misses (nearest first):"]
+        for miss in info["closest_misses"]:
+            out += wrapped(f"  - {miss}")
+    if info["rejections_by_reason"]:
+        out += ["", "Rejected offers by reason:"]
+        rows = [[e["constraint"], f"{e['offers']:,}", e["example"]] for e in info["rejections_by_reason"]]
+        out.append(tabulate(rows, headers=["constraint", "offers", "for example"], disable_numparse=True,
+                            colalign=("left", "right", "left")))
+    if exc.rejected:
+        rows = [[r.provider, r.offer_id, r.gpu, r.constraint, r.reason] for r in exc.rejected]
+        out += ["", f"Every rejected offer ({len(rows):,}):",
+                tabulate(rows, headers=["provider", "offer", "gpu", "constraint", "reason"], disable_numparse=True)]
+    return "\n".join(out)
+
+
+def no_plan_json(exc: Any) -> str:
+    """The JSON object `quote --format json` prints on stdout when no plan fits (exit status 3):
+    {"error": {"kind": "no_feasible_plan", "exit_code": 3, "message", "binding", "reasons",
+    "closest_misses", "rejections_by_reason", "offers", "rejected_count"}, "plans": [], "rejected": [...]}."""
+    info = dict(exc.explanation or {"binding": str(exc), "reasons": exc.reasons})
+    error = {"kind": "no_feasible_plan", "exit_code": exc.exit_code, "message": " ".join(str(exc).split()), **info}
+    rejected = [{"provider": r.provider, "offer_id": r.offer_id, "gpu": r.gpu, "constraint": r.constraint,
+                 "reason": r.reason} for r in exc.rejected]
+    return json.dumps({"error": error, "plans": [], "rejected": rejected}, indent=2)

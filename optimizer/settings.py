@@ -73,9 +73,14 @@ ENV: dict[str, str] = {
     "aws_spot_url": "RENTOPT_AWS_SPOT_URL",
     # Data sources.
     "skypilot_catalog": "RENTOPT_SKYPILOT_CATALOG",
+    # Defaults of commands.
+    "currency": "RENTOPT_CURRENCY",
+    "config": "RENTOPT_CONFIG",
 }
 
 HINTS: dict[str, str] = {
+    "currency": "a three-letter currency code, e.g. RENTOPT_CURRENCY=EUR",
+    "config": "the path of rentopt's config file, e.g. RENTOPT_CONFIG=~/.config/rentopt/config.toml",
     "home": "a directory path, e.g. RENTOPT_HOME=~/.local/share/rentopt",
     "http_timeout_s": f"seconds per HTTP request, above 0 and at most {MAX_HTTP_TIMEOUT_S:g}, e.g. RENTOPT_HTTP_TIMEOUT=20",
     "http_retries": f"a whole number of retries from 0 to {MAX_HTTP_RETRIES}, e.g. RENTOPT_HTTP_RETRIES=3",
@@ -160,6 +165,8 @@ class Settings(BaseModel):
     aws_spot: bool = True
     aws_spot_url: str | None = None
     skypilot_catalog: str | None = None  # a folder or an http(s) URL base of <cloud>/vms.csv files
+    currency: str | None = None  # quote's and report's default --currency (None: USD)
+    config: Path | None = None  # the config file (None: the platform's config folder, config_path())
     # RENTOPT_<PROVIDER>_BASE_URL, keyed by the variable's name (third-party plugins have one too).
     base_urls: dict[str, str] = {}
 
@@ -195,6 +202,20 @@ class Settings(BaseModel):
                 raise ValueError("not a whole number")
             return int(v)
         return v
+
+    @field_validator("currency", mode="before")
+    @classmethod
+    def _currency(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if not re.fullmatch(r"[A-Za-z]{3}", v.strip()):
+                raise ValueError("not a three-letter currency code")
+            return v.strip().upper()
+        return v
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _config(cls, v: Any) -> Any:
+        return Path(v).expanduser() if isinstance(v, str) else v
 
     @field_validator("providers", mode="before")
     @classmethod
@@ -287,3 +308,134 @@ def _parse(items: tuple[tuple[str, str], ...]) -> Settings:
         var = ENV.get(field_name, field_name)
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         raise SettingsError(f"{var}={scrub_url_secrets(env.get(var, ''))!r}: {message}; give {HINTS.get(field_name, 'a valid value')}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# The config file
+#
+# cron runs a job with almost no environment (HOME, LOGNAME, SHELL and PATH=/usr/bin:/bin), so
+# API keys exported in a shell's start-up file are not there. The config file holds what a
+# nightly job needs: keys, the providers to refresh, the quote currency. The environment
+# overrides it, variable by variable.
+
+CONFIG_NAME = "config.toml"
+# What a [keys] entry may be called: a provider's credential variable.
+_KEY_NAME = re.compile(r"^[A-Z][A-Z0-9_]*_(API_KEY|KEY|TOKEN|CLIENT_ID|CLIENT_SECRET|SECRET)$")
+_CONFIG_KEYS = frozenset({"currency", "providers", "keys"})
+
+
+def config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """RENTOPT_CONFIG, else config.toml in the platform's config folder (platformdirs: on Linux
+    $XDG_CONFIG_HOME/rentopt, else ~/.config/rentopt; ~/Library/Application Support/rentopt on
+    macOS)."""
+    environ = os.environ if environ is None else environ
+    if (given := environ.get(ENV["config"], "").strip()):
+        return Path(given).expanduser()
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("rentopt")) / CONFIG_NAME
+
+
+class ConfigFile(BaseModel):
+    """What the config file says. `keys` holds credentials: never printed (see `shown`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+    found: bool = False
+    currency: str | None = None
+    providers: tuple[str, ...] | None = None
+    keys: dict[str, str] = {}
+
+    def __repr__(self) -> str:  # a key must not reach a log line or a traceback through repr()
+        return f"ConfigFile(path={self.path!r}, found={self.found}, keys={sorted(self.keys)})"
+
+    __str__ = __repr__
+
+
+def read_config(path: Path) -> ConfigFile:
+    """The config file at `path` (not there: an empty one). A file rentopt cannot use is a
+    SettingsError naming the file and the entry; a key's value never appears in it."""
+    import tomllib
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ConfigFile(path=path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"config file {path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {path}: not valid TOML ({exc})") from None
+    unknown = sorted(set(data) - _CONFIG_KEYS)
+    if unknown:
+        raise SettingsError(f"config file {path}: unknown entr{'ies' if len(unknown) > 1 else 'y'} "
+                            f"{', '.join(unknown)}; it may hold currency, providers and a [keys] table")
+    currency = data.get("currency")
+    if currency is not None and not (isinstance(currency, str) and re.fullmatch(r"[A-Za-z]{3}", currency.strip())):
+        raise SettingsError(f"config file {path}: currency must be a three-letter code such as \"EUR\"")
+    providers = data.get("providers")
+    if isinstance(providers, str):
+        providers = [p for p in providers.split(",")]
+    if providers is not None:
+        if not isinstance(providers, list) or not all(isinstance(p, str) and _PROVIDER_NAME.match(p.strip().lower())
+                                                      for p in providers):
+            raise SettingsError(f"config file {path}: providers must be a list of provider names, "
+                                "e.g. providers = [\"vast\", \"lambda\"]")
+        providers = tuple(p.strip().lower() for p in providers)
+    keys = data.get("keys", {})
+    if not isinstance(keys, dict):
+        raise SettingsError(f"config file {path}: [keys] must be a table of NAME = \"value\" lines")
+    for name, value in keys.items():
+        if not _KEY_NAME.match(name):
+            raise SettingsError(f"config file {path}: [keys] entry {name!r} is not a credential variable's name "
+                                "(e.g. LAMBDA_API_KEY, DATACRUNCH_CLIENT_SECRET)")
+        if not isinstance(value, str) or not value.strip() or "\x00" in value:
+            raise SettingsError(f"config file {path}: [keys] {name} must be a non-empty string (its value is not shown)")
+    return ConfigFile(path=path, found=True, currency=currency.strip().upper() if currency else None,
+                      providers=providers, keys={k: v.strip() for k, v in keys.items()})
+
+
+def apply_config(environ: Any = None) -> ConfigFile:
+    """Read the config file and give its entries to the process's environment where the
+    environment does not already set them (the environment wins, variable by variable): each
+    [keys] entry as its own variable (providers read keys from the environment only), providers
+    as RENTOPT_PROVIDERS, currency as RENTOPT_CURRENCY."""
+    environ = os.environ if environ is None else environ
+    config = read_config(config_path(environ))
+    for name, value in config.keys.items():
+        if not environ.get(name):
+            environ[name] = value
+    if config.providers is not None and not environ.get(ENV["providers"], "").strip():
+        environ[ENV["providers"]] = ",".join(config.providers)
+    if config.currency is not None and not environ.get(ENV["currency"], "").strip():
+        environ[ENV["currency"]] = config.currency
+    return config
+
+
+def shown_config(config: ConfigFile, environ: Mapping[str, str] | None = None,
+                 key_names: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """(setting, value as shown, where it comes from) for `rentopt config show`: every key
+    redacted (set or not, never its value)."""
+    environ = os.environ if environ is None else environ
+    rows = []
+    for field_name, var, from_file in (("currency", ENV["currency"], config.currency),
+                                       ("providers", ENV["providers"],
+                                        ",".join(config.providers) if config.providers else None)):
+        value = environ.get(var, "").strip()
+        if value and value != from_file:
+            rows.append((field_name, value, f"environment ({var})"))
+        elif from_file:
+            rows.append((field_name, from_file, "config file"))
+        else:
+            rows.append((field_name, "USD" if field_name == "currency" else "all", "default"))
+    for name in sorted({*key_names, *config.keys}):
+        value = environ.get(name, "")
+        if name in config.keys and (not value or value == config.keys[name]):
+            rows.append((name, "set (hidden)", "config file"))
+        elif value:
+            rows.append((name, "set (hidden)", "environment"))
+        else:
+            rows.append((name, "not set", "-"))
+    return rows

@@ -458,7 +458,7 @@ class FetchContext:
 
     def offer(self, *, gpu_raw: str, gpu_memory_gb: float | None = None,
               price_options: list[PriceOption], form_factor_hint: str | None = None,
-              **fields: Any) -> Offer | None:
+              hand_written: bool = False, **fields: Any) -> Offer | None:
         """Build an Offer with this provider's defaults, normalising the GPU name.
 
         `form_factor_hint` ("SXM", "PCIe", "NVL") is passed to `normalise` for names that several
@@ -466,14 +466,24 @@ class FetchContext:
         Returns None (and counts a skip) when the row has no usable price or fails validation,
         and None (counted as rejected) when a price is outside the sane bands.
         An unknown GPU name is kept with its raw spelling and counted, never dropped.
+        `hand_written`: a price sheet a person wrote, whose GPU names are read as every name a
+        person writes is (hardware.read_gpu_name: a bare "H100" is the SXM card, said in the
+        offer's extra.gpu_note); a provider's feed never guesses.
         """
-        from rentopt.optimizer.hardware import normalise  # hardware is data, loaded on first use
+        from rentopt.optimizer.hardware import normalise, read_gpu_name  # hardware is data, loaded on first use
 
         row_id = str(fields.get("offer_id", "?"))
         if not price_options:
             self.skip(row_id, "no usable price (missing, zero or unknown)")
             return None
-        match = normalise(gpu_raw, gpu_memory_gb, form_factor_hint=form_factor_hint)
+        if hand_written:
+            match = read_gpu_name(gpu_raw, gpu_memory_gb, form_factor=form_factor_hint,
+                                  interconnect=fields.get("interconnect"))
+            if match.status == "default":
+                fields["extra"] = {**fields.get("extra", {}), "gpu_note": match.note,
+                                   "gpu_candidates": list(match.candidates)}
+        else:
+            match = normalise(gpu_raw, gpu_memory_gb, form_factor_hint=form_factor_hint)
         if match.status in ("unknown", "ambiguous"):
             self.unknown_gpus.add(gpu_raw)
         if gpu_memory_gb is None:

@@ -373,6 +373,7 @@ def sheet_offers(ctx: FetchContext, loaded: LoadedSheet) -> list[Offer]:
                 provider=sheet.platform,
                 offer_id=f"{item.id}{suffix}",
                 gpu_raw=item.gpu,
+                hand_written=True,
                 gpu_memory_gb=item.memory_gb,
                 gpus=n,
                 interconnect=item.interconnect,

@@ -22,6 +22,8 @@ def isolated_env(tmp_path, monkeypatch):
             monkeypatch.delenv(name, raising=False)
     home = tmp_path / "rentopt-home"
     monkeypatch.setenv("RENTOPT_HOME", str(home))
+    # Nor the developer's own config file (~/.config/rentopt/config.toml: keys, providers, currency).
+    monkeypatch.setenv("RENTOPT_CONFIG", str(tmp_path / "no-config" / "config.toml"))
     # Only rentopt's own plugins: one installed next to it must not change a test's result.
     monkeypatch.setenv("RENTOPT_PLUGINS", "builtin")
     # Nor a developer's own SkyPilot catalog (~/.sky/catalogs/v8), which the skypilot plugin reads.

@@ -414,9 +414,10 @@ def test_thirty_days_plus_copying_crosses_into_a_second_month():
     month = RentalPricing(None, 3600, 0, (Block("month", MONTH, 720, D("7920")),))
     assert cheapest_cover(month, D("720.5")).blocks == {"month": 2}
     [note] = [n for n in cover_notes(month, D("720.5"), "CNY") if "new month" in n]
-    assert "0.5 h" in note and "7920.00 CNY" in note
+    assert "0.50 h" in note and "7,920.00 CNY" in note
     # 10 days of a month: the daily price that would beat it is 7920 / 10 = 792 per day
-    assert any("under 792.00 CNY per day (10 days)" in n for n in cover_notes(month, D(240), "CNY"))
+    assert any("a 10-day rental would save 7,920.00 CNY less 10 days at its daily price, so it is cheaper at under "
+               "792.00 CNY per day" in n for n in cover_notes(month, D(240), "CNY"))
 
 
 def test_bills_are_lines_rounded_to_the_minor_unit_and_totals_their_sum():

@@ -236,8 +236,9 @@ def test_prices_only_from_the_users_own_sheet_are_never_called_the_bundled_snaps
     assert found.origin == "sheet" and found.label.startswith(f"price sheets in {sheets}")
     result = CliRunner().invoke(cli, ["quote", "--model", "7b", "--mode", "qlora", "--days", "1", "--providers", "autodl"])
     assert result.exit_code == 0, result.output
-    assert "Prices from your own price sheets as of 2026-11-20" in result.stdout
-    assert "BUNDLED" not in result.stdout and "rentopt refresh" not in result.stdout.splitlines()[1]
+    assert "Prices: your own price sheets of 2026-11-20" in result.stdout
+    prices_line = next(line for line in result.stdout.splitlines() if line.startswith("Prices: "))
+    assert "BUNDLED" not in result.stdout and "rentopt refresh" not in prices_line
     assert load_offers(["autodl", "vast"]).origin == "bundled"  # a sheet next to bundled providers
 
 

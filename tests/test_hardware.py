@@ -490,11 +490,12 @@ def test_users_may_name_a_gpu_by_id_or_unambiguous_alias(text, expected):
 
 
 def test_an_ambiguous_user_gpu_lists_the_candidates_on_one_line():
+    # a bare A100 is 40 or 80 GB, SXM4 or PCIe: the user chooses
     with pytest.raises(UnknownGpuError) as err:
-        resolve_user_gpu("H100")
+        resolve_user_gpu("A100")
     message = str(err.value)
-    assert "\n" not in message and "ambiguous" in message
-    for gpu_id in ("H100-SXM-80GB", "H100-PCIe-80GB", "H100-NVL-94GB"):
+    assert "\n" not in message and "ambiguous" in message and "choose" in message
+    for gpu_id in ("A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIe-80GB", "A100-PCIe-40GB"):
         assert gpu_id in message
     assert isinstance(err.value, InputError) and err.value.exit_code == 2
 
@@ -618,9 +619,15 @@ def test_gpus_shows_where_a_spelling_maps():
     runner = CliRunner()
     one = runner.invoke(cli, ["gpus", "H100"])
     assert one.exit_code == 0, one.output
-    feed, sheet = one.output.splitlines()
-    assert "provider feeds: ambiguous: H100-SXM-80GB, H100-PCIe-80GB, H100-NVL-94GB" in feed
-    assert "price sheets: H100-SXM-80GB (default)" in sheet
+    reads, where = one.output.splitlines()
+    assert reads.startswith("'H100' reads as H100-SXM-80GB (default)")
+    assert "H100-PCIe-80GB or H100-NVL-94GB" in reads
+    assert "--gpu, --exclude-gpu, --on, offers files and price sheets" in where and "ambiguous there" in where
+    data = json.loads(runner.invoke(cli, ["gpus", "h100", "--format", "json"]).output)
+    assert data["reads_as"]["gpu"] == data["price_sheet"]["gpu"] == "H100-SXM-80GB"
+    assert data["provider_feed"]["status"] == "ambiguous"
+    a100 = runner.invoke(cli, ["gpus", "A100"])
+    assert a100.output.startswith("'A100' is ambiguous: choose A100-SXM4-80GB")
     names = runner.invoke(cli, ["gpus", "--names", "--format", "json"])
     rows = {r["spelling"]: r for r in json.loads(names.output)}
     assert rows["H100"]["sheet_default"] == "H100-SXM-80GB" and len(rows["H100"]["ids"]) == 3

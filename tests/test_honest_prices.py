@@ -81,7 +81,7 @@ def test_an_unknown_line_item_is_null_in_json_and_unknown_in_the_table(tmp_path)
     assert items["compute"] is not None and Decimal(items["compute"]) > 0
     assert Decimal(plan["total"]) == sum(Decimal(v) for v in items.values() if v is not None)
     assert plan["unknown_charges"]
-    code, out, _ = quote(*JOB, "--offers-file", str(path), "--top", "1")
+    code, out, _ = quote(*JOB, "--offers-file", str(path), "--top", "1", "--details")
     line = next(x for x in out.splitlines() if x.startswith("line items: "))
     assert "storage running unknown" in line and "egress unknown" in line and "ingress unknown" in line
 
@@ -116,6 +116,10 @@ def test_a_quote_names_each_providers_real_date_and_the_unknown_ones(rentopt_hom
     """The mission's command from a fresh install: plans, and each provider's own date (the
     shared catalogs README: gcp's file last changed 2026-04-20, vast's 2026-04-29)."""
     code, out, _ = quote("--model", "13b", "--mode", "lora", "--days", "10")
+    assert code == 0 and "#1 stage by stage: " in out
+    header = " ".join(out.split("\n\n")[0].split())  # the one screen's header names the undated providers
+    assert "dated 2026-04-20" in header and "date unknown: hyperbolic," in header and "verda" in header
+    code, out, _ = quote("--model", "13b", "--mode", "lora", "--days", "10", "--details")
     assert code == 0 and "#1  total" in out
     where = out.split("where the prices come from (per provider):\n")[1]
     assert "  gcp: SkyPilot catalog of 2026-04-20 " in where and "  vast: SkyPilot catalog of 2026-04-29 " in where

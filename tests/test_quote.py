@@ -121,7 +121,10 @@ def test_the_seed_node_bills_one_month_for_validation_and_training(tmp_path):
             if b["what"] == "compute"] == [("discounted", 1)]
     # JYGPU publishes no disk price: unknown, never 0.00
     assert plan["unknown_charges"] and plan["unknown_charges"][0].startswith("storage running: ")
-    assert any("renting by the day would be cheaper at under 720.00 CNY per day" in n for n in plan["notes"])
+    # 10 days of a 7,920 CNY month: a daily rental wins below 7,920 / 10 = 792... per day of the days used;
+    # the stage runs 240 h + validation + copying, so 11 started days: 7,920 / 11 = 720.00
+    assert any("cheaper at under 720.00 CNY per day" in n for n in plan["notes"])
+    assert any("cheaper at under 720.00 CNY per day" in n for n in plan["key_notes"])
 
 
 def test_an_idle_gap_prices_stop_and_destroy_and_picks_the_cheaper(tmp_path):
@@ -289,6 +292,10 @@ def test_an_unknown_price_is_shown_as_unknown_never_as_zero(tmp_path):
     offers = write_offers(tmp_path, [offer("a6000", hourly="0.49", gpus=1, storage=None, **A6000)])
     code, out, _ = quote("--model", "13b", "--mode", "lora", "--tokens", "3e8", "--offers-file", str(offers))
     assert code == 0
+    assert "Not in the total (no published price): disk." in out
+    row = next(line for line in out.splitlines() if line.lstrip().startswith("1  "))
+    assert row.rstrip().endswith("disk")  # the plans table's unknowns column
+    code, out, _ = quote("--model", "13b", "--mode", "lora", "--tokens", "3e8", "--offers-file", str(offers), "--details")
     assert "storage running unknown" in out and "unknown (not in the total): storage running: " in out
     data = quote_json("--model", "13b", "--mode", "lora", "--tokens", "3e8", "--offers-file", str(offers))
     lines = [b for s in data["plans"][0]["stages"] for b in s["billing"] if b["what"] == "storage_running"]
@@ -406,7 +413,7 @@ def test_explain_lists_rejections_with_numbers(tmp_path):
     m = re.search(r"needs ([\d.]+) GB per GPU.*T4-16GB has ([\d.]+) GB", line)
     assert m and float(m.group(1)) > float(m.group(2))
     code, out, _ = quote(*args)
-    assert "offers rejected; --explain lists each" in out
+    assert "--explain: the 1 offer rejected and why" in out
 
 
 def test_markdown_output_names_the_job(tmp_path):
@@ -544,7 +551,7 @@ def test_each_provider_says_where_its_prices_come_from(tmp_path):
     by_provider = {p["prices"][0]["provider"]: p["prices"][0]["origin"] for p in data["plans"]}
     assert by_provider["mycloud"] == "store"
     assert any(origin == "bundled" for provider, origin in by_provider.items() if provider != "mycloud")
-    code, out, _ = quote("--model", "7b", "--mode", "lora", "--tokens", "3e8", "--top", "3")
+    code, out, _ = quote("--model", "7b", "--mode", "lora", "--tokens", "3e8", "--top", "3", "--details")
     assert "where the prices come from (per provider):" in out and "  mycloud: " in out
 
 

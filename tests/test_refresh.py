@@ -459,7 +459,7 @@ def test_offers_json_reads_back_as_an_offers_file(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["offers", "--gpu", "H100"], "ambiguous"),
+    (["offers", "--gpu", "A100"], "ambiguous"),  # 40 or 80 GB: the user chooses
     (["offers", "--max-price", "free"], "'free' is not a number"),
     (["offers", "--max-price", "0"], "must be a positive number"),
     (["offers", "--provider", "vats"], "unknown provider vats"),

@@ -155,7 +155,7 @@ def test_an_offline_refresh_hides_no_provider_from_a_quote(plugins, rentopt_home
     assert report.exit_code == 3  # none succeeded (optimizer/refresh.py: 2 is bad input)
     providers, runs = states()
     assert "catalog" not in providers and runs["catalog"].stale  # a plugin is not a provider
-    result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", "--days", "10"])
+    result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", "--days", "10", "--details"])
     assert result.exit_code == 0, result.output
     where = result.output.split("where the prices come from (per provider):\n")[1]
     for provider in ("autodl", "azure", "gcp", "jygpu", "lambda", "vast"):
@@ -172,6 +172,8 @@ def test_a_stale_store_provider_and_bundled_ones_are_planned_together(plugins):
     refresh(["vast"], direct=None, when=DAY2)  # offline: vast keeps DAY1's prices, marked stale
     result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", "--days", "10", "--top", "3"])
     assert result.exit_code == 0, result.output
+    assert "STALE: vast." in result.output  # the one screen's header says so
+    result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", "--days", "10", "--top", "3", "-v"])
     assert "vast: " in result.output and "from the price store" in result.output and "STALE" in result.output
     assert "gcp: SkyPilot catalog of 2026-04-20" in result.output  # bundled providers are still there
     found = load_offers()

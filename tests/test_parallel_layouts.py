@@ -66,6 +66,12 @@ def test_sequence_parallel_splits_the_norm_activations():
     without = estimate(LLAMA7, TrainingSetup(**base, sequence_parallel=False)).breakdown_gb.activations
     extra = 32 * 2048 * 4096 * 2 / 2
     assert without - with_sp == pytest.approx(extra / 1e9, abs=0.01)
+    # without checkpointing every layer keeps its 4h norm tensors: half of them per TP rank with
+    # SP, all of them without: 32 x (4 x 4096 / 2) x 2 B x 2048 more
+    base["grad_checkpointing"] = False
+    with_sp = estimate(LLAMA7, TrainingSetup(**base)).breakdown_gb.activations
+    without = estimate(LLAMA7, TrainingSetup(**base, sequence_parallel=False)).breakdown_gb.activations
+    assert without - with_sp == pytest.approx(32 * (4 * 4096 / 2) * 2 * 2048 / 1e9, abs=0.01)
 
 
 def test_fsdp_tp_is_found_and_priced_by_hand():
@@ -149,6 +155,14 @@ def test_context_parallel_attention_and_ring_by_hand():
     # attention time scales with each GPU's share of the FLOPs: a quarter of one GPU's whole sequence
     alone = step_time(LLAMA8, setup, lay, H100, single_gpu=True)
     assert st.attention == pytest.approx(alone.attention / 4, rel=1e-9)
+    # over PCIe Gen4 x16 without peer-to-peer (31.5 GB/s each way, of which NCCL's host-staged
+    # copies reach ~0.35: "well under 25 GB/s", reference/gpu-specs.md §5) the ring is slower than
+    # the attention it feeds, and the difference shows
+    slow = lay.model_copy(update={"link": "pcie-no-p2p", "link_gbps": 31.5})
+    st_pcie = step_time(LLAMA8, setup, slow, H100)
+    ring_pcie = 32 * (32768 * 2 * 1024 * 2 * 3 / 4) * 4 / (31.5e9 * 0.35)
+    assert ring_pcie > st_pcie.attention
+    assert st_pcie.comm_exposed == pytest.approx(ring_pcie - st_pcie.attention, rel=1e-9)
 
 
 def test_context_parallel_memory_by_hand():

@@ -282,7 +282,9 @@ def link_fields(shape: NodeShape) -> dict:
     """The Layout fields that describe how the shape's GPUs talk (see models.Layout.link)."""
     cls = link_class(shape)
     if cls == "nvlink":
-        link, gbps = "nvlink", shape.gpu.nvlink_gbps
+        # the board's GPU-to-GPU fabric under its vendor's name: AMD's is Infinity Fabric
+        link = "infinity-fabric" if shape.gpu.vendor == "AMD" else "nvlink"
+        gbps = shape.gpu.scaleup_link_gbps
     else:
         link = "pcie-no-p2p" if cls == "consumer" else "pcie"
         gbps = PCIE_X16_GBPS.get(shape.gpu.pcie_gen or 4)

@@ -96,7 +96,15 @@ class GpuSpec(BaseModel):
 
     @property
     def has_nvlink(self) -> bool:
-        return bool(self.nvlink_gbps)
+        """An all-to-all GPU fabric on the board: NVLink, or AMD's Infinity Fabric (xGMI) mesh."""
+        return bool(self.scaleup_link_gbps)
+
+    @property
+    def scaleup_link_gbps(self) -> float | None:
+        """Per-GPU bandwidth of that fabric, GB/s bidirectional (NVLink's figure, or the xGMI mesh's)."""
+        if self.nvlink_gbps:
+            return self.nvlink_gbps
+        return self.scaleup_gbps if self.vendor == "AMD" and self.form_factor == "OAM" else None
 
     @property
     def peer_to_peer_disabled(self) -> bool:
@@ -672,7 +680,8 @@ class Layout(BaseModel):
     # How the GPUs talk, for the communication cost of the parallel layout (timing.py):
     # inside a node NVLink, PCIe with peer-to-peer, or PCIe without P2P (GeForce cards: traffic
     # bounces through host memory); between nodes the fabric's Gb/s (None: one node).
-    link: Literal["nvlink", "pcie", "pcie-no-p2p"] = "pcie"
+    # "infinity-fabric": AMD's OAM boards (MI250X/MI300X/MI325X), the same all-to-all role as NVLink
+    link: Literal["nvlink", "infinity-fabric", "pcie", "pcie-no-p2p"] = "pcie"
     link_gbps: float | None = None  # per-GPU intra-node bandwidth, GB/s (NVLink bidirectional; PCIe per direction)
     fabric_gbps: float | None = None
     required_gb_per_gpu: float

@@ -413,7 +413,7 @@ def _line_items(plan: Plan) -> str:
 
 _STRATEGY_WORDS = {"single": "one GPU", "ddp": "data parallel", "replicas": "a copy per GPU", "fsdp": "FSDP",
                    "offload-optimizer": "optimizer on CPU", "offload-all": "CPU offload"}
-_LINK_WORDS = {"nvlink": "NVLink", "pcie": "PCIe", "pcie-no-p2p": "PCIe (no P2P)"}
+_LINK_WORDS = {"nvlink": "NVLink", "infinity-fabric": "Infinity Fabric", "pcie": "PCIe", "pcie-no-p2p": "PCIe (no P2P)"}
 
 
 def layout_words(strategy: str, gpus: int = 1, nodes: int = 1, link: str | None = None) -> str:

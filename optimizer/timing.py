@@ -84,6 +84,8 @@ EAGER_SCORE_PASSES = 12
 # "well under 25 GB/s" (gpu-specs.md §5): ~0.35 of the PCIe figure. IB/RoCE reach ~85 % of
 # line rate in nccl-tests.
 LINK_EFFICIENCY = {"nvlink": 0.75, "pcie": 0.70, "pcie-no-p2p": 0.35, "fabric": 0.85}
+# AMD's Infinity Fabric boards: no RCCL bus-bandwidth measurement in reference/; taken as NVLink's.
+LINK_EFFICIENCY["infinity-fabric"] = LINK_EFFICIENCY["nvlink"]
 # The link bandwidth really delivered varies with lane width, PCIe switches, NIC sharing and
 # topology: the range prices it at 0.6x and 1.4x (a PCIe Gen4 card in an x8 slot gets half).
 LINK_RANGE = (0.6, 1.4)
@@ -275,10 +277,10 @@ def _host_link_gbps(gpu: GpuSpec) -> float:
 
 def _intra_gbps(layout: Layout, gpu: GpuSpec) -> float:
     """Achievable one-way bus bandwidth between GPUs of a node, GB/s."""
-    if layout.link == "nvlink":
+    if layout.link in ("nvlink", "infinity-fabric"):
         # link_gbps is bidirectional; 600 GB/s (A100's NVLink 3, NVIDIA A100 datasheet) only for a
         # user's catalog entry that says NVLink without its bandwidth
-        nominal = (layout.link_gbps or gpu.nvlink_gbps or 600.0) / 2
+        nominal = (layout.link_gbps or gpu.scaleup_link_gbps or 600.0) / 2
     else:
         nominal = layout.link_gbps or _pcie_gbps(gpu)
     return nominal * LINK_EFFICIENCY[layout.link]
@@ -568,7 +570,8 @@ def _notes(setup: TrainingSetup, layout: Layout, gpu: GpuSpec, st: StepTime, rat
     if layout.precision == "fp8":
         out.append("fp8 on the linear layers (Transformer Engine-style), attention in bf16")
     if layout.total_gpus > 1:
-        link = {"nvlink": "NVLink", "pcie": "PCIe", "pcie-no-p2p": "PCIe without peer-to-peer"}[layout.link]
+        link = {"nvlink": "NVLink", "infinity-fabric": "Infinity Fabric", "pcie": "PCIe",
+                "pcie-no-p2p": "PCIe without peer-to-peer"}[layout.link]
         out.append(f"scaling efficiency {scaling:.0%} on {layout.total_gpus} GPUs ({link}"
                    + (f", {layout.fabric_gbps:g} Gb/s between nodes" if layout.nodes > 1 and layout.fabric_gbps else "")
                    + ")")
@@ -617,7 +620,7 @@ def layout_speed(model: ModelSpec, setup: TrainingSetup, gpu: GpuSpec, gpus: int
                          f"use --nodes to spread {gpus} GPUs")
     link = default_interconnect(gpu)
     assumed = [f"{per_node} x {gpu.id} per node talk over "
-               + ("NVLink (SXM/OAM board)" if link == "nvlink" else
+               + (("Infinity Fabric (OAM board)" if gpu.vendor == "AMD" else "NVLink (SXM/OAM board)") if link == "nvlink" else
                   "PCIe without peer-to-peer (GeForce)" if gpu.peer_to_peer_disabled else "PCIe")]
     if nodes > 1:
         if not fabric_gbps:

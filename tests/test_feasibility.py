@@ -224,3 +224,20 @@ def test_a_fit_that_says_host_ram_does_not_matter_is_the_same_for_any_host_ram(m
     if flags == {False}:
         assert all(r == results[0] for r in results)
         assert all(not (isinstance(r, Fit) and r.memory.cpu_offload_gb) for r in results)
+
+
+def test_amd_boards_talk_over_infinity_fabric_not_nvlink():
+    """AMD's OAM boards join their GPUs with Infinity Fabric (xGMI: 7 links of 64 GB/s each way
+    per MI300X, 896 GB/s bidirectional; AMD Instinct MI300X data sheet): an all-to-all fabric like
+    NVLink, named as its vendor names it."""
+    from rentopt.optimizer.feasibility import Capabilities, default_interconnect
+    from rentopt.optimizer.render import layout_words
+
+    mi300x = get_gpu("MI300X-192GB")
+    shape = NodeShape(gpu=mi300x, gpus_per_node=8, interconnect=default_interconnect(mi300x))
+    fit = find_layout(LLAMA7, TrainingSetup(mode="full"), shape,
+                      capabilities=Capabilities(allowed_stacks=frozenset({"cuda", "rocm"})))
+    assert isinstance(fit, Fit)
+    assert (fit.layout.link, fit.layout.link_gbps) == ("infinity-fabric", 7 * 64 * 2)
+    assert "Infinity Fabric" in layout_words(fit.layout.strategy, 8, 1, fit.layout.link)
+    assert "NVLink" not in layout_words(fit.layout.strategy, 8, 1, fit.layout.link)

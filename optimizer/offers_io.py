@@ -43,6 +43,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import OffersFileError
 from rentopt.optimizer.models import UNIT_HOURS, GpuMatch, Offer, PriceOption, PriceUnit
+from rentopt.optimizer.row_check import MAX_TERM_HOURS, OFFER_LIMITS, RowCheck
 from rentopt.optimizer.sanity import PriceBands, UnknownCurrency
 
 # The CSV format, as explicit field lists (a new Offer field must not silently change it).
@@ -67,28 +68,7 @@ _OFFER_LIST = TypeAdapter(list[Offer])
 # with room to spare, and stops `--offers-file /dev/zero` (or a wrong, huge file) from filling memory.
 MAX_OFFERS_FILE_BYTES = 256 << 20
 
-# Sane limits on an offer's other numbers, (low, high) inclusive. Real offers sit far inside
-# them; they stop a typo (or a fuzzer) from reaching the planner with 1e300 GB per GPU.
-OFFER_LIMITS: dict[str, tuple[float, float]] = {
-    # The largest scale-up domain sold as one node is 72 GPUs (NVIDIA GB200 NVL72).
-    "gpus": (1, 1024),
-    # The largest GPU memory sold is 288 GB (AMD Instinct MI355X).
-    "gpu_memory_gb": (0.001, 4096),
-    "nodes_available": (1, 1_000_000),
-    "interconnect_gbps": (0, 1e6),
-    "fabric_gbps": (0, 1e6),
-    "net_up_mbps": (0, 1e8),
-    "net_down_mbps": (0, 1e8),
-    "host_ram_gb": (0, 1e6),
-    "billing_granularity_s": (1, 31_536_000),  # up to a year
-    "billing_minimum_s": (0, 31_536_000),
-    # A calendar month is 672-744 hours; providers bill 720 (30 days) or 730 (a year / 12).
-    "month_hours": (672, 744),
-    "stopped_max_days": (0, 36_500),
-    "free_disk_gb": (0, 1e9),
-    "max_duration_hours": (0, 876_000),  # a century
-}
-MAX_TERM_HOURS = 5 * 8760  # the longest reserved term sold is 3 years (AWS, Azure)
+# The limits on an offer's numbers and terms are the door's (optimizer/row_check.py).
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,33 +232,11 @@ def _json_element_line(data: bytes, index: int) -> int | None:
 
 
 def offer_problem(offer: Offer, bands: PriceBands | None = None) -> tuple[str, str] | None:
-    """(field, why) for the first thing in `offer` that cannot be real, else None: a GPU id the
-    catalog does not have, a number outside OFFER_LIMITS, a price outside the sane bands, a
-    currency with no exchange rate. `bands`: a reader's own, so its rates load once."""
-    from rentopt.optimizer.hardware import load_catalog
-
-    if offer.gpu is not None and offer.gpu not in load_catalog():
-        return "gpu", (f"{offer.gpu!r} is not a GPU id rentopt knows; use an id from `rentopt gpus`, or null "
-                       "with gpu_raw and gpu_memory_gb for a card it does not know")
-    for field, (low, high) in OFFER_LIMITS.items():
-        value = getattr(offer, field)
-        if value is not None and (not math.isfinite(value) or not low <= value <= high):
-            return field, f"{value!r} is outside the sane range {low:g} to {high:g}"
-    for i, option in enumerate(offer.price_options):
-        if option.term_hours is not None and option.term_hours > MAX_TERM_HOURS:
-            return f"price_options.{i}.term_hours", f"{option.term_hours} is longer than {MAX_TERM_HOURS} hours (5 years)"
-    bands = bands or PriceBands()
-    for i, option in enumerate(offer.price_options):
-        try:
-            problem = bands.gpu_hour_problem(option, offer.gpus, offer.month_hours, offer.currency)
-        except UnknownCurrency as exc:
-            return "currency", str(exc)
-        if problem:
-            return f"price_options.{i}.amount", problem
-    if problem := bands.offer_problem(offer):
-        field, _, message = problem.partition(": ")
-        return (field, message) if message else ("currency", problem)
-    return None
+    """(field, why) for the first rule of the door (optimizer/row_check.py) `offer` breaks, else
+    None: a provider name that is not one, a control character in a name, a GPU id the catalog
+    does not have, a number outside OFFER_LIMITS, a price outside the sane bands, a currency with
+    no exchange rate, a date more than a day ahead. `bands`: a reader's own, so its rates load once."""
+    return RowCheck(bands=bands).problem(offer)
 
 
 def parse_offers_csv(text: str, *, name: str, fetched_at: datetime, source: str) -> list[Offer]:

@@ -30,7 +30,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from rentopt.optimizer.offer_table import (
     Codes, FixedTexts, OfferTable, Part, code_values, constant, merge_parts, take_strings,
 )
 from rentopt.optimizer import offers_io as io_
+from rentopt.optimizer.row_check import _CONTROL, _CONTROL_NOT_SPACE, MAX_FUTURE, provider_name_problem
 from rentopt.optimizer.offers_io import (
     FALSE_WORDS, HOURS_PER_DAY, OFFER_LIMITS, PRICE_COLUMNS, STOPPED_BILLS, TRUE_WORDS,
 )
@@ -282,20 +283,25 @@ class _Reader:
             ok[bad[codes]] = False
             return codes, results
 
-        p_codes, providers = mapped("provider", _required)
+        p_codes, providers = mapped("provider", _provider)
         # a blank line (every cell empty) is skipped; it has no provider, so only those are looked at
         blank = np.zeros(n, dtype=bool)
         for i in np.flatnonzero(np.array([p is _BAD for p in providers], dtype=bool)[p_codes]):
             blank[i] = not any(c.strip() for c in cells.row(i))
         ids, no_id = cells.offer_ids("offer_id")
         ok[no_id] = False
+        raw = getattr(cells, "data", None)
+        if raw is None or _CONTROL_BYTES.search(raw):  # rare: find the ids with one (the door refuses them)
+            ok[[i for i in range(len(ids)) if _CONTROL.search(ids[i])]] = False
+        mapped("region", _plain_text)
+        mapped("source", _plain_text)
         spot_c, spots = mapped("spot", _boolean)
         gpus_c, gpus = mapped("gpus", _gpus)
         ccy_c, currencies = mapped("currency", _currency)
         link_c, links = mapped("interconnect", _interconnect)
         mem_c, memories = mapped("gpu_memory_gb", lambda v: _number(v, positive=True, limit="gpu_memory_gb"))
         form_c, forms = mapped("form_factor", _form_factor)
-        gpu_c, gpu_raws = mapped("gpu", _required)
+        gpu_c, gpu_raws = mapped("gpu", _required_plain_text)
         days_c, max_days = mapped("max_days", _max_hours)
         bills_c, bills = mapped("stopped_bills", _stopped_bills)
         smax_c, smax = mapped("stopped_max_days", lambda v: _number(v, positive=True, limit="stopped_max_days"))
@@ -522,6 +528,26 @@ def _required(value: str) -> Any:
     return value.strip() or _BAD
 
 
+# A control character in UTF-8 (as row_check._CONTROL has them) other than the line ends: where a
+# file has none, no offer id needs looking at one by one.
+_CONTROL_BYTES = re.compile(rb"[\x00-\x09\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\x8b-\x8f\xa8-\xae]"
+                            rb"|\xe2\x81[\xa0-\xa9]|\xef\xbb\xbf")
+
+
+def _provider(value: str) -> Any:
+    """A provider name the door takes (optimizer/row_check.py), else _BAD (the exact parser says why)."""
+    v = value.strip()
+    return _BAD if provider_name_problem(v) else v
+
+
+def _plain_text(value: str) -> Any:
+    return _BAD if _CONTROL_NOT_SPACE.search(value) else value
+
+
+def _required_plain_text(value: str) -> Any:
+    return _BAD if _CONTROL_NOT_SPACE.search(value) else _required(value)
+
+
 def _boolean(value: str) -> Any:
     v = value.strip().lower()
     return True if v in TRUE_WORDS else False if v in FALSE_WORDS else _BAD
@@ -614,7 +640,9 @@ def _timestamp(value: str) -> Any:
         when = datetime.fromisoformat(v.replace("Z", "+00:00"))
     except ValueError:
         return _BAD
-    return when if when.tzinfo is not None else _BAD
+    if when.tzinfo is None or when.utcoffset() is None or when - datetime.now(timezone.utc) > MAX_FUTURE:
+        return _BAD  # no time zone, or dated ahead of the clock: the exact parser names the line
+    return when
 
 
 class _Match:

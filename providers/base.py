@@ -14,8 +14,9 @@ for the provider's own host and is scrubbed from every error message. Redirects 
 here, not by httpx: a request that carries a credential (a key header, a token, a secret in its
 body or query) is never sent on to another host; such a redirect fails the provider instead.
 
-Every offer passes the shared sanity bands (optimizer/sanity.py): a row with a price outside
-them is rejected and counted, never stored, and never fails the provider by itself.
+Every offer passes the door's checks (optimizer/row_check.py: the sane price bands of
+optimizer/sanity.py, a catalog GPU id, a plain provider name, a date not in the future): a row
+that fails one is rejected and counted, never stored, and never fails the provider by itself.
 
 Whole-response rule: if the response does not have the expected shape, the plugin raises
 `ProviderSchemaError` and nothing of that provider is stored. Individual rows that cannot be
@@ -54,6 +55,7 @@ from rentopt.optimizer.redact import (
     remember_secret,
     scrub_url_secrets,
 )
+from rentopt.optimizer.row_check import RowCheck
 from rentopt.optimizer.sanity import PriceBands
 from rentopt.optimizer.settings import settings as current_settings
 
@@ -264,7 +266,7 @@ class FetchContext:
         self._secrets = list(self.provider.credentials())
         for secret in self._secrets:
             remember_secret(secret)
-        self._bands = PriceBands()
+        self._door = RowCheck(bands=PriceBands())
         install_logger_filters()  # httpx logs each full URL, for a library caller's handlers too
 
     # -- errors ---------------------------------------------------------------------------
@@ -453,8 +455,9 @@ class FetchContext:
         self.rejected.append((str(row_id), reason))
 
     def price_problem(self, offer: Offer) -> str | None:
-        """Why the offer's prices cannot be real (optimizer/sanity.py), or None."""
-        return self._bands.offer_problem(offer)
+        """Why the offer cannot be stored: a rule of the door (optimizer/row_check.py: its
+        prices, GPU id, names, date), or None."""
+        return self._door.reason(offer)
 
     def offer(self, *, gpu_raw: str, gpu_memory_gb: float | None = None,
               price_options: list[PriceOption], form_factor_hint: str | None = None,

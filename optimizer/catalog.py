@@ -819,41 +819,124 @@ def parse_snapshot(raw: bytes) -> SnapshotFile:
 
 @dataclass
 class SectionProblem:
+    """A provider section of a snapshot file that cannot be imported (`offer_id` None), or one
+    row of it refused at the door (optimizer/row_check.py) while the rest of the section stands."""
+
     provider: str
     error: str
+    offer_id: str | None = None
+    history: bool = False  # a row of the section's price history, not an offer
 
 
-def parse_snapshot_sections(raw: bytes) -> tuple[SnapshotFile, list[SectionProblem]]:
-    """Like `parse_snapshot`, but one provider's bad section only loses that provider: the
-    file's other sections are returned with a problem per bad one (what `refresh --from` needs)."""
+_OFFER = TypeAdapter(Offer)
+
+
+def parse_snapshot_sections(raw: bytes, now: datetime | None = None) -> tuple[SnapshotFile, list[SectionProblem]]:
+    """Like `parse_snapshot`, but one provider's bad section only loses that provider, and one
+    bad row only that row: the file's other sections and rows are returned, with a problem per
+    bad section or row (what `refresh --from` needs). Every row passes the door's checks
+    (optimizer/row_check.py) as a plugin's would; so does each price-history row."""
+    from rentopt.optimizer.row_check import RowCheck, provider_name_problem
+
     text = _decompress(raw)
     try:
         data = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"not a rentopt snapshot: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InputError("not a rentopt snapshot: JSON nested too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("providers"), list):
         raise InputError("not a rentopt snapshot: no 'providers' list")
     if data.get("format") != SNAPSHOT_FORMAT:
         raise InputError(f"snapshot format {data.get('format')!r}; this rentopt reads format {SNAPSHOT_FORMAT}")
+    door = RowCheck(now=now)
     sections, problems = [], []
     for i, item in enumerate(data["providers"]):
         name = item.get("provider") if isinstance(item, dict) and isinstance(item.get("provider"), str) else f"section {i + 1}"
+        rows = item.get("offers") if isinstance(item, dict) else None
         try:
-            section = _SECTION.validate_python(item)
+            if not isinstance(rows, list):
+                raise InputError("offers: not a list of offers")
+            section = _SECTION.validate_python({**item, "offers": []})
+            if problem := provider_name_problem(section.provider) or provider_name_problem(section.plugin):
+                raise InputError(f"provider: {problem}")
+            if problem := door.date_problem(section.fetched_at):
+                raise InputError(f"fetched_at: {problem}")
         except ValidationError as exc:
             first = exc.errors()[0]
             problems.append(SectionProblem(name, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"))
             continue
-        if bad := [o.offer_id for o in section.offers if o.provider != section.provider]:
-            problems.append(SectionProblem(name, f"offer {bad[0]} belongs to another provider"))
+        except InputError as exc:
+            problems.append(SectionProblem(name, str(exc)))
             continue
+        seen: set[str] = set()
+        for j, row in enumerate(rows):
+            offer_id = row.get("offer_id") if isinstance(row, dict) and isinstance(row.get("offer_id"), str) else None
+            label = f"offer {j + 1}" if offer_id is None else offer_id
+            try:
+                offer = _OFFER.validate_python(row)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                msg = str(first["msg"]).removeprefix("Value error, ")
+                problems.append(SectionProblem(section.provider, f"{'.'.join(str(p) for p in first['loc'])}: {msg}", label))
+                continue
+            if offer.provider != section.provider:
+                reason = "provider: the offer belongs to another provider than its section"
+            elif offer.offer_id in seen:
+                reason = "offer_id: appears twice in the section"
+            else:
+                reason = door.reason(offer)
+            if reason:
+                problems.append(SectionProblem(section.provider, reason, label))
+                continue
+            seen.add(offer.offer_id)
+            section.offers.append(offer)
+        history = []
+        for past in section.history:
+            label = f"history {past.fetched_at.isoformat()}"
+            if reason := door.date_problem(past.fetched_at):
+                problems.append(SectionProblem(section.provider, f"fetched_at: {reason}", label, history=True))
+                continue
+            kept = []
+            for row in past.rows:
+                if reason := _history_row_problem(row, door):
+                    problems.append(SectionProblem(section.provider, f"{row[0]!r}: {reason}", label, history=True))
+                else:
+                    kept.append(row)
+            history.append(past if len(kept) == len(past.rows) else past.model_copy(update={"rows": kept}))
+        section.history = history
         sections.append(section)
     try:
         created = datetime.fromisoformat(str(data.get("created_at")).replace("Z", "+00:00"))
     except ValueError:
         created = datetime.now(timezone.utc)
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=timezone.utc)
     return SnapshotFile(format=SNAPSHOT_FORMAT, created_at=created, description=str(data.get("description", "")),
                         providers=sections), problems
+
+
+def _history_row_problem(row: tuple, door: Any) -> str | None:
+    """Why a price-history row (gpu, gpus, spot, currency, offers, min, median per GPU-hour)
+    cannot be kept: a GPU id the catalog lacks, a count below 1, a price that is no number or
+    outside the sane band of its currency (or a currency with no exchange rate)."""
+    from rentopt.optimizer.row_check import known_gpu
+    from rentopt.optimizer.sanity import UnknownCurrency
+
+    gpu, gpus, _, currency, offers, low, mid = row
+    if not known_gpu(gpu) or gpu is None:
+        return f"gpu: {gpu!r} is not a GPU id rentopt knows"
+    if gpus < 1 or offers < 1:
+        return "a count below 1"
+    try:
+        for amount in (Decimal(low), Decimal(mid)):
+            if problem := door.bands.problem("gpu_hour", amount, currency):
+                return problem
+    except (ArithmeticError, ValueError):
+        return f"a price that is not a number ({low!r}, {mid!r})"
+    except UnknownCurrency as exc:
+        return str(exc)
+    return None
 
 
 def _decompress(raw: bytes) -> bytes:

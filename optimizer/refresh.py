@@ -298,22 +298,32 @@ def run_import(source: str, *, transport=None, now: datetime | None = None, sett
 
     started = time.perf_counter()
     raw = _read_source(source, transport, settings)
-    snapshot, problems = parse_snapshot_sections(raw)  # InputError before any side effect
+    snapshot, problems = parse_snapshot_sections(raw, now=now)  # InputError before any side effect
+    refused: dict[str, list] = {}  # provider -> its SectionProblems of single rows
+    for problem in problems:
+        if problem.offer_id is not None:
+            refused.setdefault(problem.provider, []).append(problem)
     home = rentopt_home()
     with refresh_lock(home / LOCK_FILENAME), open_writable(store_path()) as store:
         states = {s.name: s for s in store.providers()}
         results = []
         for problem in problems:
+            if problem.offer_id is not None:
+                continue
             had = problem.provider in states and states[problem.provider].has_data
             results.append(ProviderResult(problem.provider, "failed", True, error=f"in {source}: {problem.error}",
                                           had_prices=had, plugin="import"))
         for section in snapshot.providers:
             state = states.get(section.provider)
             dated_by = section.dated_by
+            rows = refused.get(section.provider, [])
             result = ProviderResult(section.provider, "ok", True, plugin=section.plugin, source=section.source,
                                     fetched_at=section.fetched_at, had_prices=bool(state and state.has_data),
-                                    dated_by=dated_by)
-            if state is not None and state.has_data and state.fetched_at is not None \
+                                    dated_by=dated_by, rejected_rows=sum(1 for r in rows if not r.history),
+                                    problems=_refused_lines(rows))
+            if failure := _too_many_refused(section, rows):
+                result.status, result.error = "failed", f"in {source}: {failure}"
+            elif state is not None and state.has_data and state.fetched_at is not None \
                     and date_rank(state.dated_by, state.fetched_at) >= date_rank(dated_by, section.fetched_at):
                 result.status = "kept"
                 result.error = (f"kept the stored prices of {_stamp(state.fetched_at, state.dated_by)} "
@@ -336,6 +346,35 @@ def run_import(source: str, *, transport=None, now: datetime | None = None, sett
             result.seconds = time.perf_counter() - started
             results.append(result)
         return RefreshReport(results, store.path)
+
+
+def _refused_lines(rows: list) -> list[str]:
+    """The summary's lines for rows refused at the door: the first few by name, then a count."""
+    lines = [f"refused {row_shown(r.offer_id)}: {r.error}" for r in rows[:MAX_PROBLEMS_SHOWN]]
+    if len(rows) > MAX_PROBLEMS_SHOWN:
+        lines.append(f"... and {len(rows) - MAX_PROBLEMS_SHOWN} more rows refused")
+    return lines
+
+
+def row_shown(text: str) -> str:
+    from rentopt.optimizer.row_check import shown
+
+    return shown(text)
+
+
+def _too_many_refused(section, rows: list) -> str | None:
+    """A section the import fails as a whole (its provider keeps its stored prices), by the rule
+    a plugin's response is held to (providers/base.py check_offers): no row left, or more than
+    half of them refused (a damaged or foreign file, not a few bad rows)."""
+    from rentopt.providers.base import MAX_SKIPPED_SHARE
+
+    offers = [r for r in rows if not r.history]
+    total = len(section.offers) + len(offers)
+    if offers and not section.offers:
+        return f"every row was refused (first: {offers[0].error})"
+    if len(offers) > MAX_SKIPPED_SHARE * total:
+        return f"{len(offers)} of {total} rows were refused (first: {offers[0].error}); nothing of it was stored"
+    return None
 
 
 def _read_source(source: str, transport, settings=None) -> bytes:
@@ -467,7 +506,7 @@ def _try_lock(fp: IO[str]) -> bool:
 # Rendering
 
 
-REPORT_HEADERS = ("provider", "status", "offers", "new", "changed", "removed", "skipped rows", "bad prices",
+REPORT_HEADERS = ("provider", "status", "offers", "new", "changed", "removed", "skipped rows", "refused rows",
                   "unknown GPUs", "seconds")
 
 
@@ -505,8 +544,8 @@ def format_report(report: RefreshReport) -> str:
         if (r.rejected_rows or r.problems) and run_name not in problems_said:
             problems_said.add(run_name)
             if r.rejected_rows:
-                lines.append(f"{run_name}: {r.rejected_rows} row(s) rejected: a price outside the sane range "
-                             "(not stored; see `rentopt refresh --help`)")
+                lines.append(f"{run_name}: {r.rejected_rows} row(s) rejected: a price outside the sane range, an "
+                             "unknown GPU id or currency, a bad name or date (not stored; see `rentopt refresh --help`)")
             lines += [f"{run_name}: {problem}" for problem in r.problems]
         if r.unknown_gpus and (r.per_provider or (r.plugin or r.provider) not in unknown_said):
             unknown_said.add(r.plugin or r.provider)

@@ -101,10 +101,10 @@ def control_problem(field: str, value: object, pattern: re.Pattern[str] = _CONTR
     >>> control_problem("offer_id", "a100x8") is None
     True
     >>> print(control_problem("offer_id", "x\\n#1 total 0.01 USD"))
-    offer_id 'x\\n#1 total 0.01 USD' holds a control character (\\n)
+    'x\\n#1 total 0.01 USD' holds a control character (\\n)
     """
     if isinstance(value, str) and (m := pattern.search(value)):
-        return f"{field} {shown(value)} holds a control character ({ascii(m.group())[1:-1]})"
+        return f"{shown(value)} holds a control character ({ascii(m.group())[1:-1]})"
     return None
 
 

@@ -542,7 +542,7 @@ def test_an_unstorable_price_fails_its_row_never_the_providers_after_it(registry
     assert bypass.status == "ok" and bypass.rejected_rows == 1 and bypass.offers == 3
     assert bypass.problems == ["rejected huge: 1E+400 USD per GPU-hour is above the sane range 0.001-200 USD"]
     assert zz.status == "ok" and zz.offers == 2
-    assert "bypass: 1 row(s) rejected: a price outside the sane range" in format_report(report)
+    assert "bypass: 1 row(s) rejected: a price outside the sane range, an unknown GPU id" in format_report(report)
 
 
 def test_a_provider_the_store_cannot_take_is_recorded_and_the_next_still_stored(registry, monkeypatch):

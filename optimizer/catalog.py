@@ -374,6 +374,7 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
             reading.enter_context(store.reading())
             states = [s for s in store.providers() if s.has_data]
         offers, columns, chosen, sheet_notes = _gather(store, states, query, requested, lazy)
+        sheet_notes = [*sheet_notes, *(store.warnings() if store is not None else [])]
     oldest = min([o.fetched_at for o in offers] + ([when] if columns and (when := columns.oldest()) else []),
                  default=None)
     if oldest == UNKNOWN_DATE:  # the oldest KNOWN date; providers of unknown date are named in the label

@@ -49,7 +49,11 @@ class NoFeasiblePlan(RentoptError):
 
 
 class StoreError(RentoptError):
-    """The local price store cannot be used (corrupt, foreign, locked). Says how to recover."""
+    """The local price store cannot be used (corrupt, foreign, locked, written by an older or a
+    newer rentopt). Says how to recover. Exit status 4, README's "rentopt's own files cannot be
+    used", on every command (read commands met an old store with 1 before: issue 24)."""
+
+    exit_code = 4
 
 
 class ProviderError(RentoptError):

@@ -50,7 +50,8 @@ from rentopt.optimizer.gc_pause import gc_paused
 from rentopt.optimizer.models import Offer, PlanRow, plan_row
 from rentopt.optimizer.paths import check_home, ensure_home, fs_error, rentopt_home
 from rentopt.optimizer.plan_columns import decode_column, encode_table, merge_encoded, parse_timestamp, timestamp
-from rentopt.optimizer.redact import redact
+from rentopt.optimizer.redact import redact, redacted_logger
+from rentopt.optimizer.row_check import known_gpu
 from rentopt.optimizer.offers_io import hour_price
 
 STORE_FILENAME = "prices.sqlite"
@@ -66,6 +67,7 @@ HISTORY_QUANTUM = Decimal("0.000001")
 # comparisons); the Decimal in the offer JSON stays the price of record.
 MICROS = Decimal(1_000_000)
 BUSY_TIMEOUT_MS = 5000
+log = redacted_logger("rentopt.store")
 
 
 def store_path() -> Path:
@@ -100,6 +102,7 @@ def _price_slice_bounds() -> tuple[str, str] | None:
 
 _PRICE_BOUNDS = _price_slice_bounds()
 _OFFER_LIST = TypeAdapter(list[Offer])
+_OFFER = TypeAdapter(Offer)
 
 
 def price_fingerprint(offer: Offer, offer_json: str | None = None) -> str:
@@ -514,6 +517,64 @@ def m005_plan_columns(db: sqlite3.Connection) -> None:
         _write_plan_columns(db, provider, snapshot_id, offers)
 
 
+@migration
+def m006_recheck_rows(db: sqlite3.Connection) -> None:
+    """Every stored offer and price-history row through the door's checks once
+    (optimizer/row_check.py): rows an older rentopt stored without them (an unknown GPU id, a
+    price of 1e12 or 1e-12, a currency with no rate, a date in 2099, a provider named
+    `../../etc`) are removed, each recorded in `refused_rows` with its reason, and the
+    provider's planning columns rewritten from what is left. Issue 24: such rows survived the
+    upgrade and were quoted (a 6.4-trillion-USD plan) or made every quote an internal error."""
+    from rentopt.optimizer.row_check import RowCheck, known_gpu, provider_name_problem
+    from rentopt.optimizer.sanity import UnknownCurrency
+
+    db.execute("""CREATE TABLE refused_rows (
+            provider TEXT NOT NULL,
+            offer_id TEXT,
+            reason TEXT NOT NULL,
+            refused_at TEXT NOT NULL
+        )""")
+    now = datetime.now(timezone.utc)
+    door = RowCheck(now=now)
+    refused: list[tuple[str, str | None, str]] = []
+    current = db.execute("SELECT provider, max(snapshot_id) FROM offers GROUP BY provider").fetchall()
+    for provider, snapshot_id in current:
+        texts = db.execute("SELECT offer_id, offer FROM offers WHERE provider = ? ORDER BY offer_id", (provider,)).fetchall()
+        kept: list[Offer] = []
+        for offer_id, text in texts:
+            try:
+                offer = _OFFER.validate_json(text)
+            except ValidationError as exc:
+                reason = f"unreadable ({exc.errors()[0]['msg']})"
+            else:
+                reason = door.reason(offer) or provider_name_problem(provider)
+            if reason:
+                refused.append((provider, offer_id, reason))
+                db.execute("DELETE FROM offers WHERE provider = ? AND offer_id = ?", (provider, offer_id))
+            else:
+                kept.append(offer)
+        if len(kept) < len(texts):
+            _write_plan_columns(db, provider, snapshot_id, kept)
+            db.execute("UPDATE providers SET offers_count = ? WHERE name = ?", (len(kept), provider))
+    bands = door.bands
+    for rowid, provider, gpu, currency, low, mid, when in db.execute(
+            "SELECT rowid, provider, gpu, currency, min_gpu_hour, median_gpu_hour, fetched_at FROM price_history").fetchall():
+        try:
+            reason = None if known_gpu(gpu) and gpu is not None else f"gpu {gpu!r} is not a GPU id rentopt knows"
+            for amount in (low, mid):
+                reason = reason or bands.problem("gpu_hour", Decimal(amount), currency)
+            reason = reason or door.date_problem(parse_timestamp(when))  # type: ignore[arg-type]
+        except UnknownCurrency as exc:
+            reason = str(exc)
+        except (ArithmeticError, ValueError, TypeError) as exc:
+            reason = f"unreadable ({type(exc).__name__})"
+        if reason:
+            refused.append((provider, None, f"price history of {when}: {reason}"))
+            db.execute("DELETE FROM price_history WHERE rowid = ?", (rowid,))
+    db.executemany("INSERT INTO refused_rows (provider, offer_id, reason, refused_at) VALUES (?, ?, ?, ?)",
+                   [(p, o, r, timestamp(now)) for p, o, r in refused])
+
+
 def _like_prefix(text: str) -> str:
     """A LIKE pattern matching strings that start with `text` literally."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
@@ -854,6 +915,7 @@ class Store:
         self.db = db
         self.path = path
         self.readonly = readonly
+        self.skipped: list[str] = []  # why each stored offer a reader left out did not pass
 
     def __enter__(self) -> Store:
         return self
@@ -921,10 +983,7 @@ class Store:
         # (benchmarks/bench_store.py: faster than model_validate_json per row, and than
         # json.loads + model_construct); rows are re-validated, so a hand-edited store cannot
         # smuggle in a free price.
-        try:
-            offers = _OFFER_LIST.validate_json("[" + ",".join(r[0] for r in rows) + "]")
-        except ValidationError as exc:
-            raise StoreError(f"the price store {self.path} holds an offer this rentopt cannot read ({exc.errors()[0]['msg']}). {way_out(self.path)}") from None
+        offers = self._readable([r[0] for r in rows])
         if query.max_hour_price is None and query.region is None:
             return offers  # every other condition is exact in SQL
         return [o for o in offers if query.matches(o)]
@@ -964,7 +1023,49 @@ class Store:
         except (ValueError, TypeError, KeyError) as exc:
             raise StoreError(f"the price store {self.path} holds planning columns this rentopt cannot read ({exc}). "
                              f"{way_out(self.path)}") from None
-        return snapshots, part
+        return snapshots, self._usable_part(part, part.n - (extra.n if extra is not None else 0))
+
+    def _usable_part(self, part: Any, stored: int) -> Any:
+        """`part` without the stored rows (its first `stored`) a reader must leave out (see
+        `_readable`): their GPU id or currency, checked once per distinct value."""
+        import numpy as np
+
+        from rentopt.optimizer.offer_table import Codes, Const, code_values
+
+        bad = np.zeros(part.n, dtype=bool)
+        reasons: list[str] = []
+        for name in ("gpu", "currency"):
+            column = part.columns.get(name)
+            if column is None:
+                continue
+            if isinstance(column, Const):
+                codes, values = np.zeros(part.n, dtype=np.int32), [column.value]
+            elif isinstance(column, Codes) or hasattr(column, "codes"):
+                codes, values = column.codes, list(column.values)
+            else:
+                codes, values = code_values(column)
+            if name == "gpu":
+                why = {i: f"GPU id {v!r} is not in this rentopt's catalog" for i, v in enumerate(values) if not known_gpu(v)}
+            else:
+                unusable = self._unusable_currencies(v for v in values if v is not None)
+                why = {i: unusable[v] for i, v in enumerate(values) if v in unusable}
+            if why:
+                hit = np.isin(codes[:stored], np.array(sorted(why), dtype=codes.dtype))
+                bad[:stored] |= hit
+                reasons += [why[int(c)] for c in codes[:stored][hit]]
+        if not bad.any():
+            return part
+        for reason in reasons:
+            self._skip(reason)
+        table = part.table().take(~bad)
+        kept = table.part()
+        for name in ("gpu", "currency"):  # the left-out values go from the categories too (the planner reads each)
+            codes, values = table.category(name)
+            used = np.unique(codes)
+            remap = np.zeros(len(values), dtype=np.int32)
+            remap[used] = np.arange(len(used), dtype=np.int32)
+            kept.columns[name] = Codes(remap[codes], [values[int(i)] for i in used])
+        return kept
 
     def load_current_offers(self, keys: Iterable[tuple[str, str]], snapshots: dict[str, int]) -> list[Offer]:
         """`load_offers_by_key`, but only while each provider's current snapshot is still the one
@@ -990,10 +1091,56 @@ class Store:
                 texts += [r[0] for r in self.db.execute(f"SELECT offer FROM offers WHERE {marks}", args)]
         if not texts:
             return []
+        return self._readable(texts)
+
+    # -- rows this rentopt cannot use --------------------------------------------------------
+
+    def _readable(self, texts: list[str]) -> list[Offer]:
+        """The offers of these stored JSON texts, leaving out (with one warning) each one this
+        rentopt cannot use: unreadable, or no longer passing what the door checked when it was
+        stored and can change since (a GPU id the catalog lost, a currency whose rate is gone)."""
         try:
-            return _OFFER_LIST.validate_json("[" + ",".join(texts) + "]")
-        except ValidationError as exc:
-            raise StoreError(f"the price store {self.path} holds an offer this rentopt cannot read ({exc.errors()[0]['msg']}). {way_out(self.path)}") from None
+            offers = _OFFER_LIST.validate_json("[" + ",".join(texts) + "]")
+        except ValidationError:
+            offers = []
+            for text in texts:
+                try:
+                    offers.append(_OFFER.validate_json(text))
+                except ValidationError as exc:
+                    self._skip(f"unreadable ({exc.errors()[0]['msg']})")
+        bad_currencies = self._unusable_currencies({o.currency for o in offers})
+        usable = []
+        for o in offers:
+            if not known_gpu(o.gpu):
+                self._skip(f"{o.provider}/{o.offer_id}: GPU id {o.gpu!r} is not in this rentopt's catalog")
+            elif o.currency in bad_currencies:
+                self._skip(f"{o.provider}/{o.offer_id}: {bad_currencies[o.currency]}")
+            else:
+                usable.append(o)
+        return usable
+
+    def _unusable_currencies(self, currencies: Iterable[str]) -> dict[str, str]:
+        from rentopt.optimizer.sanity import PriceBands, UnknownCurrency
+
+        bad = {}
+        for code in currencies:
+            try:
+                PriceBands().band("gpu_hour", code)  # type: ignore[arg-type]
+            except UnknownCurrency as exc:
+                bad[code] = str(exc)
+        return bad
+
+    def _skip(self, reason: str) -> None:
+        if not self.skipped:
+            log.warning("price store %s: leaving out offers this rentopt cannot use (first: %s)", self.path, reason)
+        self.skipped.append(reason)
+
+    def warnings(self) -> list[str]:
+        """One line when readers left out stored offers (see `_readable`), else none."""
+        if not self.skipped:
+            return []
+        return [f"the price store holds {len(self.skipped)} offer(s) this rentopt cannot use, left out "
+                f"(first: {self.skipped[0]}); `rentopt refresh` replaces them"]
 
     def price_history(self, gpu: str, provider: str | None = None, since: datetime | None = None,
                       *, gpus: int | None = None, spot: bool | None = None) -> list[HistoryPoint]:

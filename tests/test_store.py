@@ -63,6 +63,7 @@ EXPECTED_COLUMNS = {
     "fx_rates": ["day", "currency", "per_eur"],
     "fx_fetch": ["id", "fetched_at", "source"],
     "plan_columns": ["provider", "snapshot_id", "name", "encoding", "rows", "data", "meta"],
+    "refused_rows": ["provider", "offer_id", "reason", "refused_at"],
 }
 EXPECTED_INDEXES = {"snapshots_provider", "offers_gpu", "offers_memory", "offers_price", "price_history_gpu",
                     "price_history_gpu_provider"}

@@ -924,11 +924,13 @@ def _history_row_problem(row: tuple, door: Any) -> str | None:
     from rentopt.optimizer.row_check import known_gpu
     from rentopt.optimizer.sanity import UnknownCurrency
 
-    gpu, gpus, _, currency, offers, low, mid = row
+    from rentopt.optimizer.row_check import OFFER_LIMITS
+
+    gpu, gpus, spot, currency, offers, low, mid = row
     if not known_gpu(gpu) or gpu is None:
         return f"gpu: {gpu!r} is not a GPU id rentopt knows"
-    if gpus < 1 or offers < 1:
-        return "a count below 1"
+    if not OFFER_LIMITS["gpus"][0] <= gpus <= OFFER_LIMITS["gpus"][1] or not 1 <= offers <= 10**9 or spot not in (0, 1):
+        return f"a count outside the sane range (gpus {gpus}, offers {offers}, spot {spot})"
     try:
         for amount in (Decimal(low), Decimal(mid)):
             if problem := door.bands.problem("gpu_hour", amount, currency):

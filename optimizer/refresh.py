@@ -116,11 +116,14 @@ def run_refresh(names: list[str] | None = None, *, progress: Progress | None = N
     (disk full, read-only) stops the refresh with a FileSystemError; what was stored before it
     stays stored.
     """
-    from rentopt.providers.base import get_providers, load_providers
+    from rentopt.providers.base import construct_providers, load_providers
 
     if names:
-        _point_providers_to_their_plugin(names, set(load_providers()[0]))
-    providers = get_providers(names)  # InputError for an unknown name, before any side effect
+        registry, broken = load_providers()
+        _point_providers_to_their_plugin(names, set(registry) | {b.name for b in broken})
+    # InputError for an unknown name, before any side effect; a plugin that cannot be imported
+    # or constructed fails alone, named in the summary
+    providers, unusable = construct_providers(names)
     requested = set(names or ())
     home = ensure_home(rentopt_home())
     with refresh_lock(home / LOCK_FILENAME), open_writable(store_path()) as store:
@@ -128,6 +131,10 @@ def run_refresh(names: list[str] | None = None, *, progress: Progress | None = N
             progress(f"refreshing {', '.join(p.name for p in providers)} into {store.path}")
         outcomes, fx_outcome = asyncio.run(_fetch_all(providers, settings, transport, progress))
         results: list[ProviderResult] = []
+        for plugin in unusable:
+            error = f"plugin not usable: {plugin.error}"
+            store.mark_plugin(plugin.name, error=error)
+            results.append(ProviderResult(plugin.name, "failed", plugin.name in requested, error=error))
         for provider, outcome in zip(providers, outcomes, strict=True):
             try:
                 results += _store_outcome(store, provider, outcome, provider.name in requested)

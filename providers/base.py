@@ -32,6 +32,7 @@ import json
 import os
 import random
 import re
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from functools import cache
-from importlib.metadata import entry_points
+from importlib.metadata import distributions
 from typing import Any, ClassVar, Literal
 from urllib.parse import urljoin, urlsplit
 
@@ -543,7 +544,7 @@ class BrokenPlugin:
 # so a third-party plugin installed in the same environment never changes a test's result);
 # the default, "all", also loads every other registered plugin.
 PLUGINS_ENV = "RENTOPT_PLUGINS"
-BUILTIN_DISTRIBUTION = "rentopt"
+BUILTIN_PACKAGE = "rentopt.providers"
 
 
 def load_providers() -> tuple[dict[str, type[Provider]], tuple[BrokenPlugin, ...]]:
@@ -551,30 +552,66 @@ def load_providers() -> tuple[dict[str, type[Provider]], tuple[BrokenPlugin, ...
     return _load_providers(current_settings().plugins == "builtin")
 
 
-def _is_builtin(ep) -> bool:  # type: ignore[no-untyped-def]
-    dist = getattr(ep, "dist", None)
-    return dist is not None and (dist.metadata["Name"] or "").lower() == BUILTIN_DISTRIBUTION
+def _builtin_value(ep) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the entry point names a class in rentopt's own providers package. Its
+    distribution's name is not asked: any package can call itself `rentopt` (issue 24)."""
+    return str(getattr(ep, "value", "")).split(":")[0].startswith(BUILTIN_PACKAGE + ".")
+
+
+def _builtin_class(cls: type) -> bool:
+    """Whether `cls` was loaded from a file inside this installation's providers package."""
+    import sys
+    from pathlib import Path
+
+    module = sys.modules.get(cls.__module__)
+    where = getattr(module, "__file__", None)
+    if not where or not cls.__module__.startswith(BUILTIN_PACKAGE + "."):
+        return False
+    return Path(where).resolve().parent == Path(__file__).resolve().parent
 
 
 @cache
 def _load_providers(builtin_only: bool) -> tuple[dict[str, type[Provider]], tuple[BrokenPlugin, ...]]:
     found: dict[str, type[Provider]] = {}
     broken: list[BrokenPlugin] = []
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        if builtin_only and not _is_builtin(ep):
+    # Every distribution's entry points, not `entry_points()`'s one per distribution name: a
+    # package calling itself `rentopt` would otherwise hide the real one's built-in plugins.
+    every = {(ep.name, ep.value): ep for dist in distributions() for ep in dist.entry_points
+             if ep.group == ENTRY_POINT_GROUP}
+    points = sorted(every.values(), key=lambda e: (not _builtin_value(e), e.name, e.value))
+    builtin_names: set[str] = set()
+    for ep in points:
+        own = _builtin_value(ep)
+        if builtin_only and not own:
+            continue
+        if not own and ep.name in builtin_names:
+            broken.append(BrokenPlugin(ep.name, f"refused: {ep.value} would replace rentopt's built-in plugin {ep.name!r} "
+                                                "(a built-in name cannot be taken by another package)"))
             continue
         try:
             cls = ep.load()
-        except Exception as exc:  # a broken third-party plugin must not break rentopt
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a broken third-party plugin must not break rentopt
             broken.append(BrokenPlugin(ep.name, f"cannot import {ep.value}: {type(exc).__name__}: {exc}"))
             continue
         if not (isinstance(cls, type) and issubclass(cls, Provider)):
             broken.append(BrokenPlugin(ep.name, f"{ep.value} is not a rentopt Provider subclass"))
             continue
-        if cls.name in found and found[cls.name] is not cls:
-            broken.append(BrokenPlugin(ep.name, f"duplicate provider name {cls.name!r} (also {found[cls.name].__module__})"))
+        if own and not _builtin_class(cls):
+            broken.append(BrokenPlugin(ep.name, f"{ep.value} is not a module of this rentopt installation"))
             continue
-        found[cls.name] = cls
+        name = getattr(cls, "name", None)
+        if not own and (name in builtin_names or not isinstance(name, str) or not PROVIDER_NAME.fullmatch(name)):
+            why = (f"would replace rentopt's built-in plugin {name!r}" if name in builtin_names
+                   else f"its name {name!r} is not a plugin name (lower-case letters, digits, '_' and '-')")
+            broken.append(BrokenPlugin(ep.name, f"refused: {ep.value} {why}"))
+            continue
+        if name in found and found[name] is not cls:
+            broken.append(BrokenPlugin(ep.name, f"duplicate provider name {name!r} (also {found[name].__module__})"))
+            continue
+        found[name] = cls
+        if own:
+            builtin_names.add(name)
+            builtin_names.add(ep.name)
     return found, tuple(broken)
 
 
@@ -588,20 +625,39 @@ def provider_names() -> list[str]:
 def get_providers(names: list[str] | None = None) -> list[Provider]:
     """Instantiate providers by name (all registered ones when `names` is None).
 
-    `RENTOPT_PROVIDERS=a,b` narrows the default set, like `--providers a,b`.
+    `RENTOPT_PROVIDERS=a,b` narrows the default set, like `--providers a,b`. A plugin whose
+    constructor fails is left out (`construct_providers` names it).
     """
-    registry, _ = load_providers()
+    return construct_providers(names)[0]
+
+
+def construct_providers(names: list[str] | None = None) -> tuple[list[Provider], list[BrokenPlugin]]:
+    """`get_providers`, and the plugins that could not be used: each one that failed to
+    import (when it was asked for by name, or no name was given) or to construct, with why.
+    An unknown name is an InputError, before anything is constructed."""
+    registry, broken = load_providers()
     if names is None and (narrowed := current_settings().providers):
         names = list(narrowed)
+    broken_by_name = {b.name: b for b in broken}
     if names is None:
-        return [registry[n]() for n in sorted(registry)]
-    unknown = [n for n in names if n not in registry]
-    if unknown:
-        where = " (from RENTOPT_PROVIDERS)" if names == list(current_settings().providers or ()) else ""
-        raise InputError(
-            f"unknown provider {', '.join(unknown)}{where}; known providers: {', '.join(sorted(registry))}"
-        )
-    return [registry[n]() for n in dict.fromkeys(names)]
+        wanted, failed = sorted(registry), list(broken)
+    else:
+        unknown = [n for n in names if n not in registry and n not in broken_by_name]
+        if unknown:
+            where = " (from RENTOPT_PROVIDERS)" if names == list(current_settings().providers or ()) else ""
+            raise InputError(
+                f"unknown provider {', '.join(unknown)}{where}; known providers: {', '.join(sorted(registry))}"
+            )
+        wanted = [n for n in dict.fromkeys(names) if n in registry]
+        failed = [broken_by_name[n] for n in dict.fromkeys(names) if n in broken_by_name and n not in registry]
+    made = []
+    for name in wanted:
+        try:
+            made.append(registry[name]())
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # plugin code: it fails alone
+            failed.append(BrokenPlugin(name, f"cannot construct {registry[name].__module__}."
+                                             f"{registry[name].__qualname__}: {type(exc).__name__}: {exc}"))
+    return made, failed
 
 
 # --------------------------------------------------------------------------------------------
@@ -667,7 +723,7 @@ async def fetch_one(provider: Provider, client: httpx.AsyncClient, settings: Htt
         )
     except RecursionError:
         return failed("the response is nested too deeply to be an API reply")
-    except Exception as exc:  # a plugin bug fails that provider only
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a plugin bug (or exit) fails that provider only
         return failed(f"plugin raised {type(exc).__name__}: {exc}")
     return FetchOutcome(
         provider.name, "ok", offers=offers, skipped=ctx.skipped, rejected=ctx.rejected,
@@ -715,29 +771,85 @@ def check_offers(ctx: FetchContext, offers: list[Offer]) -> list[Offer]:
     return kept
 
 
+# How long after its time budget a plugin's fetch is given up by the refresh itself, when the
+# budget inside its own thread could not fire (a plugin blocking its event loop: time.sleep, a
+# synchronous socket read). The budget's own message, when it can fire, comes well before this.
+ISOLATION_GRACE_S = 2.0
+
+
 async def fetch_all(providers: list[Provider], settings: HttpSettings | None = None,
                     transport: httpx.AsyncBaseTransport | None = None,
                     fetched_at: datetime | None = None,
                     on_done: Callable[[FetchOutcome], None] | None = None) -> list[FetchOutcome]:
-    """Fetch every provider concurrently over one shared client; one failure never stops others.
+    """Fetch every provider concurrently; one failure never stops others.
+
+    Each plugin's fetch runs in a thread of its own, with its own event loop and HTTP client
+    (`fetch_isolated`): a plugin that blocks (a synchronous sleep or socket read inside its
+    `fetch`) cannot stall the others or the time budget, which this loop enforces from outside;
+    `SystemExit` and `KeyboardInterrupt` raised by plugin code become that provider's failure.
+    A thread given up on is left to end by itself (a daemon: it never holds the process open,
+    and nothing it returns late is stored).
 
     `transport` and `fetched_at` exist for replaying recorded responses (tests, the bundled
     snapshot build, benchmarks). `on_done` is called with each outcome as soon as it is ready
     (refresh's progress lines); results still come back in the order of `providers`.
     """
     settings = settings or HttpSettings.from_env()
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
+    loop = asyncio.get_running_loop()
 
-    async def one(p: Provider, client: httpx.AsyncClient) -> FetchOutcome:
-        outcome = await fetch_one(p, client, settings, fetched_at)
+    async def one(p: Provider) -> FetchOutcome:
+        start = time.perf_counter()
+        future: asyncio.Future[FetchOutcome] = loop.create_future()
+
+        def deliver(outcome: FetchOutcome) -> None:
+            if not future.done():
+                future.set_result(outcome)
+
+        def report(outcome: FetchOutcome) -> None:
+            try:
+                loop.call_soon_threadsafe(deliver, outcome)
+            except RuntimeError:
+                pass  # the refresh gave up on this plugin and has ended
+
+        threading.Thread(target=fetch_isolated, args=(p, settings, transport, fetched_at, report), daemon=True,
+                         name=f"rentopt-fetch-{p.name}").start()
+        try:
+            outcome = await asyncio.wait_for(asyncio.shield(future), settings.budget_s + ISOLATION_GRACE_S)
+        except TimeoutError:
+            outcome = FetchOutcome(p.name, "failed", seconds=time.perf_counter() - start, error=(
+                f"gave up after its {settings.budget_s:g} s time budget: the plugin's fetch did not return (it "
+                "blocks instead of awaiting); raise the budget with --time-budget or RENTOPT_REFRESH_BUDGET if the "
+                "server is just slow"))
+            log.warning("%s: fetch failed: %s", p.name, outcome.error)
         if on_done is not None:
             on_done(outcome)
         return outcome
 
-    async with httpx.AsyncClient(
+    return list(await asyncio.gather(*(one(p) for p in providers)))
+
+
+def fetch_isolated(provider: Provider, settings: HttpSettings, transport: httpx.AsyncBaseTransport | None,
+                   fetched_at: datetime | None, report: Callable[[FetchOutcome], None]) -> None:
+    """One provider's fetch on an event loop and HTTP client of its own (run in a worker
+    thread by `fetch_all`); its outcome, whatever plugin code raised, goes to `report`."""
+    start = time.perf_counter()
+
+    async def run() -> FetchOutcome:
+        async with _client(transport) as client:
+            return await fetch_one(provider, client, settings, fetched_at)
+
+    try:
+        outcome = asyncio.run(run())
+    except BaseException as exc:  # noqa: BLE001 - plugin code raised past fetch_one (SystemExit in a task it made)
+        outcome = FetchOutcome(provider.name, "failed", seconds=time.perf_counter() - start,
+                               error=redact(f"plugin raised {type(exc).__name__}: {exc}", provider.credentials()))
+    report(outcome)
+
+
+def _client(transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
         # Redirects are followed by FetchContext.request, which never sends a credential to
         # another host (httpx would resend a 307/308 body, client secret included).
-        limits=limits, transport=transport, follow_redirects=False,
-        headers={"User-Agent": "rentopt (+https://github.com/rentopt/rentopt)"},
-    ) as client:
-        return list(await asyncio.gather(*(one(p, client) for p in providers)))
+        limits=httpx.Limits(max_connections=16, max_keepalive_connections=8), transport=transport,
+        follow_redirects=False, headers={"User-Agent": "rentopt (+https://github.com/rentopt/rentopt)"},
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -943,10 +944,16 @@ def _history_row_problem(row: tuple, door: Any) -> str | None:
 
 
 def _decompress(raw: bytes) -> bytes:
+    """A snapshot's JSON: gzip decompressed as a stream, stopping at the snapshot byte limit
+    (optimizer/limits.py: a 4 MB bomb once took 8.3 GB), or plain JSON as it is."""
+    from rentopt.optimizer.limits import SNAPSHOT_BYTES, TooLarge, gunzip, limit
+
     if raw[:2] == b"\x1f\x8b":
         try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
+            return gunzip(raw, limit(SNAPSHOT_BYTES), "the snapshot")
+        except TooLarge as exc:
+            raise InputError(str(exc)) from None
+        except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"not a rentopt snapshot: a damaged gzip file ({exc})") from None
     return raw
 

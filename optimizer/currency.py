@@ -232,7 +232,16 @@ class EcbHistory:
                 names = [n for n in archive.namelist() if n.lower().endswith(".csv")]
                 if not names:
                     raise ValueError("the ECB archive holds no CSV file")
-                text = archive.read(names[0]).decode("utf-8")
+                # Read no more than the ECB limit whatever the archive claims (a zip bomb;
+                # optimizer/limits.py): zipfile inflates as it reads.
+                from rentopt.optimizer.limits import ECB_BYTES, limit, too_large
+
+                size_limit = limit(ECB_BYTES)
+                with archive.open(names[0]) as member:
+                    raw = member.read(size_limit + 1)
+                if len(raw) > size_limit:
+                    raise ValueError(too_large("the ECB rate file", size_limit, decompressed=True))
+                text = raw.decode("utf-8")
         except zipfile.BadZipFile as exc:
             raise ValueError(f"not a zip archive ({exc})") from None
         return cls.from_csv(text, source)

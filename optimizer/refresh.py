@@ -394,8 +394,12 @@ def _read_source(source: str, transport, settings=None) -> bytes:
             return fetch_snapshot_bytes(source, settings, transport=transport)
         except ProviderError as exc:
             raise InputError(f"cannot fetch the snapshot {source}: {exc.reason}") from None
+    from rentopt.optimizer.limits import SNAPSHOT_BYTES, TooLarge, limit, read_file
+
     try:
-        return Path(source).expanduser().read_bytes()
+        return read_file(Path(source).expanduser(), limit(SNAPSHOT_BYTES), f"the snapshot file {source}")
+    except TooLarge as exc:
+        raise InputError(str(exc)) from None
     except OSError as exc:
         raise InputError(f"cannot read the snapshot file {source}: {exc.strerror or exc}") from None
 

@@ -43,6 +43,8 @@ DEFAULT_REFRESH_BUDGET_S = 300.0
 MAX_HTTP_TIMEOUT_S = 3600.0
 MAX_HTTP_RETRIES = 10
 MAX_REFRESH_BUDGET_S = 86400.0
+# RENTOPT_MAX_DOWNLOAD_MB: replaces every source's byte limit (optimizer/limits.py); at most 64 GiB.
+MAX_DOWNLOAD_MB = 65536.0
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -63,6 +65,7 @@ ENV: dict[str, str] = {
     "http_timeout_s": "RENTOPT_HTTP_TIMEOUT",
     "http_retries": "RENTOPT_HTTP_RETRIES",
     "refresh_budget_s": "RENTOPT_REFRESH_BUDGET",
+    "max_download_mb": "RENTOPT_MAX_DOWNLOAD_MB",
     "providers": "RENTOPT_PROVIDERS",
     "plugins": "RENTOPT_PLUGINS",
     "log_level": "RENTOPT_LOG",
@@ -86,6 +89,8 @@ HINTS: dict[str, str] = {
     "http_retries": f"a whole number of retries from 0 to {MAX_HTTP_RETRIES}, e.g. RENTOPT_HTTP_RETRIES=3",
     "refresh_budget_s": (f"seconds one provider's refresh may take in all, above 0 and at most {MAX_REFRESH_BUDGET_S:g}, "
                          "e.g. RENTOPT_REFRESH_BUDGET=300"),
+    "max_download_mb": (f"mebibytes one source may download or decompress to, above 0 and at most {MAX_DOWNLOAD_MB:g}, "
+                        "e.g. RENTOPT_MAX_DOWNLOAD_MB=1024"),
     "providers": "a comma list of provider names, e.g. RENTOPT_PROVIDERS=vast,runpod (see `rentopt providers`)",
     "plugins": "'all' (default: also third-party plugins) or 'builtin' (only rentopt's own)",
     "log_level": "DEBUG, INFO, WARNING or ERROR (or empty for no log lines)",
@@ -156,6 +161,7 @@ class Settings(BaseModel):
     http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S
     http_retries: int = Field(DEFAULT_HTTP_RETRIES, ge=0, le=MAX_HTTP_RETRIES)
     refresh_budget_s: float = DEFAULT_REFRESH_BUDGET_S
+    max_download_mb: float | None = None  # None: each source's own limit (optimizer/limits.py)
     providers: tuple[str, ...] | None = None  # narrows the default provider set
     plugins: Literal["all", "builtin"] = "all"
     log_level: LogLevel | None = None  # None: no log lines (the summaries say what matters)
@@ -193,6 +199,17 @@ class Settings(BaseModel):
     @classmethod
     def _budget(cls, v: Any) -> float:
         return _seconds(v, MAX_REFRESH_BUDGET_S)
+
+    @field_validator("max_download_mb", mode="before")
+    @classmethod
+    def _max_download(cls, v: Any) -> Any:
+        try:
+            mb = float(v)
+        except (TypeError, ValueError):
+            raise ValueError("not a number of mebibytes") from None
+        if not math.isfinite(mb) or mb <= 0 or mb > MAX_DOWNLOAD_MB:
+            raise ValueError(f"must be above 0 and at most {MAX_DOWNLOAD_MB:g} MiB")
+        return mb
 
     @field_validator("http_retries", mode="before")
     @classmethod

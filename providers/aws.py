@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from rentopt.optimizer.errors import ProviderError, ProviderSchemaError
+from rentopt.optimizer.limits import AWS_PRICE_LIST_BYTES
 from rentopt.optimizer.models import Interconnect, Offer, PriceOption, PriceUnit
 from rentopt.optimizer.settings import settings
 from rentopt.providers import multinode
@@ -98,6 +99,7 @@ class AwsProvider(Provider):
     key_env = None
     key_required = False
     max_concurrency = 2  # each request is a large file
+    max_response_bytes = AWS_PRICE_LIST_BYTES  # us-east-1's price list is several hundred MB
     docs_url = "https://docs.aws.amazon.com/awsaccountbilling/latest/aboutv2/using-ppslong.html"
     billing = BillingRules(
         # Linux instances: per-second billing with a 60-second minimum.

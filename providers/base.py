@@ -56,6 +56,7 @@ from rentopt.optimizer.redact import (
     remember_secret,
     scrub_url_secrets,
 )
+from rentopt.optimizer.limits import API_RESPONSE_BYTES, limit, too_large
 from rentopt.optimizer.row_check import RowCheck
 from rentopt.optimizer.sanity import PriceBands
 from rentopt.optimizer.settings import settings as current_settings
@@ -99,6 +100,9 @@ class Provider(ABC):
     # The refresh summary prints every skip of a provider whose skips are whole files the
     # user wrote (the sheet plugin), rather than only counting them.
     report_each_skip: ClassVar[bool] = False
+    # The most bytes one response may have, on the wire and decompressed (optimizer/limits.py;
+    # RENTOPT_MAX_DOWNLOAD_MB replaces it). A plugin whose source is larger says so here.
+    max_response_bytes: ClassVar[int] = API_RESPONSE_BYTES
 
     @classmethod
     def base_url_env(cls) -> str:
@@ -146,6 +150,7 @@ class HttpSettings:
     # Redirects followed per request. httpx allows 20; an API that needs more than a handful is
     # misconfigured, and each hop is another chance to be sent somewhere unexpected.
     max_redirects: int = 5
+    max_bytes: int | None = None  # per response; None: the provider's own limit (Provider.max_response_bytes)
 
     @classmethod
     def from_env(cls) -> HttpSettings:
@@ -364,9 +369,9 @@ class FetchContext:
             try:
                 async with self._semaphore:
                     self.requests += 1
-                    response = await self.client.request(
-                        method, url, headers=headers, timeout=self.settings.timeout_s, **kwargs
-                    )
+                    request = self.client.build_request(method, url, headers=headers, timeout=self.settings.timeout_s,
+                                                        **kwargs)
+                    response = await self._read_bounded(await self.client.send(request, stream=True), url)
             except httpx.TimeoutException as exc:
                 if attempt > self.settings.retries:
                     raise self.error(f"timed out after {_attempts(attempt)} ({type(exc).__name__})") from None
@@ -407,6 +412,32 @@ class FetchContext:
             if 300 <= status < 400 and status not in REDIRECT_STATUSES:
                 raise self.error(f"unexpected HTTP {status} from {_where(url)}")
             return response
+
+    async def _read_bounded(self, response: httpx.Response, url: str) -> httpx.Response:
+        """The streamed response read whole, but never past the provider's byte limit: counted on
+        the wire and after decompression (httpx inflates a chunk at a time), so a gzip bomb or an
+        endless body fails the provider at the limit instead of filling memory (optimizer/limits.py)."""
+        size_limit = self.max_bytes
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > size_limit or response.num_bytes_downloaded > size_limit:
+                    raise self.error(too_large(f"the response from {_where(url)}", size_limit,
+                                               decompressed=size > size_limit >= response.num_bytes_downloaded))
+                chunks.append(chunk)
+        finally:
+            await response.aclose()
+        # A plain response holding the decoded body (its encoding headers no longer apply).
+        headers = [(k, v) for k, v in response.headers.multi_items()
+                   if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+        return httpx.Response(response.status_code, headers=headers, content=b"".join(chunks),
+                              request=response.request, extensions=response.extensions)
+
+    @property
+    def max_bytes(self) -> int:
+        return self.settings.max_bytes or limit(self.provider.max_response_bytes)
 
     async def _retry(self, attempt: int, reason: str, method: str, url: str, wait: float | None = None) -> None:
         """Log one line for the retry, then wait: the server's Retry-After, else backoff."""

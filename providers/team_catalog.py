@@ -10,6 +10,7 @@ from typing import ClassVar
 import httpx
 
 from rentopt.optimizer.errors import ProviderError
+from rentopt.optimizer.limits import SNAPSHOT_BYTES
 from rentopt.optimizer.models import Offer
 from rentopt.providers.base import FetchContext, HttpSettings, Provider
 
@@ -19,6 +20,7 @@ class TeamCatalog(Provider):
 
     name: ClassVar[str] = "snapshot-file"
     api_root: ClassVar[str] = ""
+    max_response_bytes: ClassVar[int] = SNAPSHOT_BYTES
 
     def __init__(self, url: str):
         self.url = url

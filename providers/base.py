@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import ipaddress
 import json
 import os
 import random
@@ -240,6 +241,30 @@ def _strings(value: Any) -> list[str]:
     return [str(value)]
 
 
+def _internal_host(url: str) -> bool:
+    """Whether `url` names this machine or a private network by its address: loopback
+    (127.0.0.0/8, ::1, `localhost`), link-local (169.254.0.0/16, where clouds serve instance
+    metadata and credentials; fe80::/10), private (10/8, 172.16/12, 192.168/16, fc00::/7),
+    unspecified or reserved. Names are not resolved here: a public name that resolves to such an
+    address is not caught (README: Reliability).
+
+    >>> [_internal_host(u) for u in ("http://169.254.169.254/latest", "http://127.0.0.1:8080/x", "http://[::1]/",
+    ...                               "http://localhost:9/", "https://raw.githubusercontent.com/a", "http://10.1.2.3/")]
+    [True, True, True, True, False, True]
+    """
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return (address.is_loopback or address.is_link_local or address.is_private or address.is_unspecified
+            or address.is_reserved or address.is_multicast)
+
+
 def _where(url: str) -> str:
     """A URL without its query or user:password, for messages and sources (either may hold a key)."""
     parts = urlsplit(url)
@@ -330,6 +355,11 @@ class FetchContext:
             if len(visited) > self.settings.max_redirects:
                 raise self.error(f"too many redirects (more than {self.settings.max_redirects}) from {_where(visited[0])}, "
                                  f"the last to {_where(target)}")
+            if _internal_host(target) and not _internal_host(visited[0]):
+                raise self.error(
+                    f"refused a redirect (HTTP {response.status_code}) from {_where(url)} to {_where(target)}: an "
+                    "address on this machine or its private network (loopback, link-local such as a cloud's "
+                    "metadata service, or private), which a public source has no reason to send rentopt to")
             (scheme, netloc), (new_scheme, new_netloc) = _origin(url), _origin(target)
             leaves_host = new_netloc != netloc or (scheme == "https" and new_scheme != "https")
             if leaves_host and credentialed:

@@ -19,15 +19,17 @@ Only the last `KEEP_DAYS` days are kept: older days are in the history that ship
 from __future__ import annotations
 
 import asyncio
-import random
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Literal
+from typing import ClassVar, Literal
 
 import httpx
 
 from rentopt.optimizer.currency import ECB_HISTORY_URL, EcbHistory
+from rentopt.optimizer.errors import ProviderError
+from rentopt.optimizer.limits import ECB_BYTES
+from rentopt.providers.base import Provider
 
 # A year of business days (~255 x 30 currencies): enough to convert a year of stored price
 # history at each snapshot's own rate, small enough that the store barely grows.
@@ -73,12 +75,20 @@ async def fetch_reference_rates(settings=None, transport: httpx.AsyncBaseTranspo
     started = asyncio.get_running_loop().time()
     outcome = FxOutcome("failed", source=url)
     try:
-        async with httpx.AsyncClient(transport=transport, follow_redirects=True,
-                                     timeout=settings.timeout_s * TIMEOUT_FACTOR,
+        # Through base.py's request: its retries and Retry-After, its redirect rules (never to
+        # this machine or a private network from a public address) and the ECB's byte limit.
+        from dataclasses import replace
+
+        from rentopt.providers.base import FetchContext
+
+        async with httpx.AsyncClient(transport=transport, follow_redirects=False,
                                      headers={"User-Agent": "rentopt (+https://github.com/rentopt/rentopt)"}) as client:
-            body = await _get(client, url, settings)
+            ctx = FetchContext(EcbSource(url), client, replace(settings, timeout_s=settings.timeout_s * TIMEOUT_FACTOR))
+            body = (await ctx.request("GET", url)).content
         outcome.rows, outcome.last_day = parse_history(body)
         outcome.status = "ok"
+    except ProviderError as exc:
+        outcome.error = f"{url}: {exc.reason}"
     except Exception as exc:  # noqa: BLE001 - a broken rate feed must never break the refresh
         outcome.error = _describe(exc)
     outcome.fetched_at = datetime.now(timezone.utc)
@@ -86,30 +96,21 @@ async def fetch_reference_rates(settings=None, transport: httpx.AsyncBaseTranspo
     return outcome
 
 
-async def _get(client: httpx.AsyncClient, url: str, settings) -> bytes:
-    """The file's bytes: connection errors and 5xx retried with backoff, a 429 after its
-    Retry-After (a longer wait than the providers would take fails at once), as base.py does."""
-    from rentopt.providers.base import parse_retry_after
+class EcbSource(Provider):
+    """The ECB's rate file as a source for base.py's request (not a registered plugin)."""
 
-    attempts = settings.retries + 1
-    for attempt in range(1, attempts + 1):
-        # Full jitter on an exponential backoff, as providers/base.py does for the providers.
-        wait = random.uniform(0, settings.backoff_s * 2 ** (attempt - 1))
-        try:
-            response = await client.get(url)
-        except httpx.TransportError:
-            if attempt == attempts:
-                raise
-        else:
-            status = response.status_code
-            retry_after = parse_retry_after(response.headers.get("Retry-After")) if status == 429 else None
-            retried = status >= 500 or (status == 429 and (retry_after or 0) <= settings.max_retry_after_s)
-            if not retried or attempt == attempts:
-                response.raise_for_status()
-                return response.content
-            wait = retry_after if retry_after is not None else wait
-        await asyncio.sleep(wait)
-    raise AssertionError("unreachable")  # pragma: no cover
+    name: ClassVar[str] = "ecb"
+    api_root: ClassVar[str] = ECB_HISTORY_URL
+    max_response_bytes: ClassVar[int] = ECB_BYTES
+
+    def __init__(self, url: str = ECB_HISTORY_URL):
+        self.url = url
+
+    def base_url(self) -> str:
+        return self.url
+
+    async def fetch(self, ctx):  # type: ignore[no-untyped-def]  # pragma: no cover - not a plugin
+        raise NotImplementedError
 
 
 def _describe(exc: Exception) -> str:

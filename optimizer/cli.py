@@ -53,7 +53,9 @@ def describe_validation_error(exc: Any) -> str:
 
 
 def fail(message: str, code: int) -> None:
-    click.echo(f"rentopt: error: {' '.join(message.split())}", err=True)
+    from rentopt.optimizer.text import one_line  # a name in the message may hold a terminal escape
+
+    click.echo(f"rentopt: error: {one_line(' '.join(message.split()))}", err=True)
     sys.exit(code)
 
 
@@ -795,12 +797,14 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
         raise
     except StoreError as exc:  # damaged, foreign, newer or locked: rentopt's own files, for cron
         fail(str(exc), EXIT_LOCAL_FILES)
+    from rentopt.optimizer.text import one_line
+
     if fmt == "json":
         click.echo(report_json(report))
     elif quiet:
         for r in report.results:
             if r.status == "failed" or (r.status == "skipped" and r.requested):
-                click.echo(f"rentopt: {r.label}: {r.status}: {r.error}", err=True)
+                click.echo(one_line(f"rentopt: {r.label}: {r.status}: {r.error}"), err=True)
     else:
         click.echo(format_report(report))
     sys.exit(report.exit_code)
@@ -856,23 +860,26 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
     )
     found = find_offers(query, offers_file=offers_file, sort=sort, limit=limit or (50 if fmt == "table" else None),
                         suspect=suspect)
+    from rentopt.optimizer.text import one_line  # every line one inert line: names may hold escapes
+
     if fmt != "table":
-        click.echo(f"# {found.label}: {len(found.offers)} offers", err=True)
+        click.echo(one_line(f"# {found.label}: {len(found.offers)} offers"), err=True)
         for line in found.sources():
-            click.echo(f"# prices: {line}", err=True)
+            click.echo(one_line(f"# prices: {line}"), err=True)
         if fmt == "json":
             write_offers_json(found.offers, sys.stdout)
         else:
             for left in write_offers_csv(found.offers, sys.stdout):
-                click.echo(f"# left out {left.provider}/{left.offer_id}: no price a CSV line can express", err=True)
+                click.echo(one_line(f"# left out {left.provider}/{left.offer_id}: no price a CSV line can express"),
+                           err=True)
         return
     from tabulate import tabulate
 
-    click.echo(f"Offers from the {found.label}")
+    click.echo(one_line(f"Offers from the {found.label}"))
     for line in found.sources():
-        click.echo(f"prices: {line}")
+        click.echo(one_line(f"prices: {line}"))
     for note in found.notes:
-        click.echo(f"note: {note}")
+        click.echo(one_line(f"note: {note}"))
     if not found.offers:
         click.echo(found.empty_reason or "No offer matches these filters; loosen them (see `rentopt offers --help`).")
         return
@@ -1028,10 +1035,13 @@ def snapshot_export_command(file: Path) -> None:
 
     snapshot = export_snapshot()
     data = encode_snapshot(snapshot) if file.suffix == ".gz" else snapshot_json(snapshot)
-    try:
-        file.write_bytes(data)
+    from rentopt.optimizer.paths import write_atomic
+
+    try:  # atomically: a full disk leaves the previous export at that path as it was
+        write_atomic(file, data)
     except OSError as exc:
-        raise InputError(f"cannot write {file}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot write {file}: {exc.strerror or exc}; the previous file there (if any) is "
+                         "unchanged") from None
     counts = ", ".join(f"{p.provider} {len(p.offers)}" for p in snapshot.providers)
     click.echo(f"wrote {file}: {len(snapshot.offers)} offers ({counts})", err=True)
 
@@ -1151,6 +1161,7 @@ HUGEPAGE_SETTING = "NUMPY_MADVISE_HUGEPAGE"
 
 def main() -> None:
     os.environ.setdefault(HUGEPAGE_SETTING, "0")  # before numpy's import (this module never imports it)
+    out_of_memory = False
     # Settings are read (and logging configured) by the group, after click has answered
     # --version and --help: a bad RENTOPT_* value must not hide the help that explains it.
     try:
@@ -1174,12 +1185,58 @@ def main() -> None:
             raise
         fail("the input is nested too deeply to be read", 2)
     except MemoryError:
-        fail("out of memory: the input is too large", 2)
+        out_of_memory = True
+    except SystemError as exc:  # how a failed allocation inside a C extension (numpy) may surface
+        if not _from_a_failed_allocation(exc):
+            _internal_error(exc)
+        out_of_memory = True
     except Exception as exc:  # a bug: say so in one line; the traceback only on request
-        if _debug_requested():
-            raise
-        click.echo(f"rentopt: internal error: {type(exc).__name__}: {exc} (set RENTOPT_DEBUG=1 for a traceback)", err=True)
-        sys.exit(1)
+        _internal_error(exc)
+    else:
+        return
+    if out_of_memory:  # outside the except block: the failed work's frames (and memory) are released
+        _say_out_of_memory()
+
+
+# Written before it is needed: when memory has run out, formatting or importing anything to say
+# so can fail again (a bare "MemoryError" traceback, issue 24).
+OUT_OF_MEMORY = (b"rentopt: error: out of memory: the input or the price store is larger than this machine's free "
+                 b"memory allows; close other programs, narrow the input (--providers, --gpu, a smaller "
+                 b"--offers-file), or run it on a machine with more memory\n")
+EXIT_OUT_OF_MEMORY = 4  # README's "rentopt's own resources cannot be used"
+
+
+def _from_a_failed_allocation(exc: BaseException) -> bool:
+    """Whether a SystemError comes from memory running out: a MemoryError in its chain, or the
+    "error return without exception set" a C extension gives when its allocation failed."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, MemoryError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "without exception set" in str(exc)
+
+
+def _say_out_of_memory() -> None:
+    import gc
+
+    gc.collect()
+    try:
+        sys.stdout.flush()
+    except (MemoryError, OSError, ValueError):
+        pass
+    try:
+        os.write(2, OUT_OF_MEMORY)
+    except OSError:
+        pass
+    os._exit(EXIT_OUT_OF_MEMORY)  # no further allocation at interpreter exit to fail again
+
+
+def _internal_error(exc: BaseException) -> None:
+    if _debug_requested():
+        raise exc
+    click.echo(f"rentopt: internal error: {type(exc).__name__}: {exc} (set RENTOPT_DEBUG=1 for a traceback)", err=True)
+    sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

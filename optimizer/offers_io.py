@@ -57,6 +57,8 @@ CSV_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "price_day",
                "currency", "storage_gb_month", "egress_gb", "ingress_gb", "interconnect", "region", "spot",
                "max_days", "stopped_bills", "stopped_max_days", "free_disk_gb", "gpu_memory_gb", "fetched_at",
                "source")
+# The CSV columns that hold text from outside (the others are numbers or rentopt's own words).
+CSV_TEXT_COLUMNS = frozenset({"provider", "offer_id", "gpu", "currency", "region", "source"})
 STOPPED_BILLS = ("storage", "everything", "nothing")
 TRUE_WORDS = frozenset({"yes", "y", "true", "1", "spot", "interruptible"})
 FALSE_WORDS = frozenset({"no", "n", "false", "0", "", "on-demand", "ondemand"})
@@ -463,6 +465,8 @@ def write_offers_csv(offers: Sequence[Offer], fp: TextIO) -> list[Offer]:
     spot offer, on-demand ones otherwise). Reserved terms and `extra` have no column: use JSON
     to keep them. An offer with no hourly/daily/weekly/monthly price of its kind is left out.
     """
+    from rentopt.optimizer.text import csv_cell
+
     writer = csv.writer(fp, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     left_out = []
@@ -470,8 +474,8 @@ def write_offers_csv(offers: Sequence[Offer], fp: TextIO) -> list[Offer]:
         row = offer_to_csv_row(o)
         if row is None:
             left_out.append(o)
-        else:
-            writer.writerow([row.get(c, "") for c in CSV_COLUMNS])
+        else:  # text cells inert: no control character, no formula a spreadsheet would run (OWASP)
+            writer.writerow([csv_cell(row.get(c, "")) if c in CSV_TEXT_COLUMNS else row.get(c, "") for c in CSV_COLUMNS])
     return left_out
 
 
@@ -554,7 +558,10 @@ OFFER_TABLE_HEADERS = ("provider", "offer", "gpu", "gpus", "GB/gpu", "link", "re
 
 
 def offer_table_rows(offers: Iterable[Offer], now: datetime) -> list[list[str]]:
-    """One row per offer: price per node-hour in the offer's currency and the price's age."""
+    """One row per offer: price per node-hour in the offer's currency and the price's age; every
+    cell one inert line (text.one_line: a newline or escape in a name shows as its escape)."""
+    from rentopt.optimizer.text import table_cells
+
     rows = []
     for o in offers:
         price = hour_price(o)
@@ -564,4 +571,4 @@ def offer_table_rows(offers: Iterable[Offer], now: datetime) -> list[list[str]]:
                      "?" if price is None else money(price),
                      o.currency, "unknown" if o.dated_by == "unknown" else
                      age(o.fetched_at, now) + (" (file time)" if o.dated_by == "file-time" else "")])
-    return rows
+    return table_cells(rows)

@@ -30,7 +30,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from rentopt.optimizer.offer_table import (
     Codes, FixedTexts, OfferTable, Part, code_values, constant, merge_parts, take_strings,
 )
 from rentopt.optimizer import offers_io as io_
+from rentopt.optimizer import row_check
 from rentopt.optimizer.row_check import _CONTROL, _CONTROL_NOT_SPACE, MAX_FUTURE, provider_name_problem
 from rentopt.optimizer.offers_io import (
     FALSE_WORDS, HOURS_PER_DAY, OFFER_LIMITS, PRICE_COLUMNS, STOPPED_BILLS, TRUE_WORDS,
@@ -640,7 +641,7 @@ def _timestamp(value: str) -> Any:
         when = datetime.fromisoformat(v.replace("Z", "+00:00"))
     except ValueError:
         return _BAD
-    if when.tzinfo is None or when.utcoffset() is None or when - datetime.now(timezone.utc) > MAX_FUTURE:
+    if when.tzinfo is None or when.utcoffset() is None or when - row_check.clock() > MAX_FUTURE:
         return _BAD  # no time zone, or dated ahead of the clock: the exact parser names the line
     return when
 

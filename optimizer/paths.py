@@ -77,12 +77,19 @@ def fs_error(exc: OSError, path: Path, doing: str) -> FileSystemError:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` so that a reader sees the old file or the whole new one, never part.
+    """Write `text` (UTF-8) to `path` so that a reader sees the old file or the whole new one,
+    never part (`write_atomic`). Raises OSError for the caller to word."""
+    write_atomic(path, text.encode("utf-8"))
 
-    A temporary file in the same folder (a rename is atomic only within one file system), its
-    bytes forced to disk (fsync) before it is renamed over `path`; on any failure the temporary
-    file is removed and `path` is left as it was. Raises OSError for the caller to word.
-    """
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that the file is either the old one or the whole new one, never
+    a part: a temporary file in the same folder (so the rename stays on one file system), written,
+    flushed and fsynced, then renamed over `path` (atomic on POSIX and Windows: os.replace), and
+    the folder fsynced so the rename itself survives a power cut. On any failure (a full disk,
+    a read-only folder) the temporary file is removed, the previous file at `path` is left as it
+    was, and the OSError is raised for the caller to word. A `snapshot export` or `report -o` on
+    a full disk once left a truncated file in place of the previous good one (issue 24)."""
     import os
     import tempfile
 
@@ -93,17 +100,27 @@ def write_atomically(path: Path, text: str) -> None:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask  # a new file gets what open() would give it (mkstemp's is 0600)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)
+        with os.fdopen(fd, "wb") as fp:
+            fp.write(data)
+            fp.flush()
+            os.fsync(fp.fileno())
+        os.replace(temporary, path)
     except BaseException:
         try:
-            os.unlink(temp)
+            os.unlink(temporary)
         except OSError:
             pass
         raise
+    try:
+        directory = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # a platform without directory handles (Windows): the rename is done all the same
+    try:
+        os.fsync(directory)
+    except OSError:
+        pass
+    finally:
+        os.close(directory)

@@ -535,7 +535,9 @@ def format_report(report: RefreshReport) -> str:
             run = [r.skipped_rows, "", len(r.unknown_gpus), ""]
         shown.add(r.plugin or r.provider)
         rows.append([r.label, r.status, *counts, *run])
-    lines = [tabulate(rows, headers=REPORT_HEADERS, disable_numparse=True)]
+    from rentopt.optimizer.text import one_line, table_cells
+
+    lines = [tabulate(table_cells(rows), headers=REPORT_HEADERS, disable_numparse=True)]
     unknown_said: set[str] = set()
     problems_said: set[str] = set()
     for r in report.results:
@@ -565,7 +567,8 @@ def format_report(report: RefreshReport) -> str:
     if report.fx is not None:
         lines.append(describe_fx(report.fx))
     lines.append(f"price store: {report.store_path}")
-    return "\n".join(lines)
+    # every line after the table is one inert line: a name or an error may hold a newline or escape
+    return "\n".join([lines[0], *(one_line(line) for line in lines[1:])])
 
 
 def report_json(report: RefreshReport) -> str:
@@ -732,9 +735,11 @@ def format_overview(overview: Overview, now: datetime | None = None) -> str:
         rows.append([p.name + ("" if p.registered else " (not installed)"), p.key,
                      "-" if p.offers is None else p.offers, ", ".join(p.delivers) or "-", success,
                      "yes" if p.stale else "no", error])
+    from rentopt.optimizer.text import one_line, table_cells
+
     lines = ["plugins (what `rentopt refresh --providers` names):",
-             tabulate(rows, headers=("plugin", "key set", "offers", "delivers", "last success (UTC)", "stale",
-                                     "last error"), disable_numparse=True)]
+             tabulate(table_cells(rows), headers=("plugin", "key set", "offers", "delivers", "last success (UTC)",
+                                                  "stale", "last error"), disable_numparse=True)]
     if overview.sources:
         where = {"store": "price store", "bundled": "bundled snapshot", "sheet": "your price sheet"}
         table = [[s.provider, s.plugin or "-", where.get(s.origin, s.origin), s.offers,
@@ -743,10 +748,10 @@ def format_overview(overview: Overview, now: datetime | None = None) -> str:
                   s.source + (f" ({s.why})" if s.why else "")]
                  for s in overview.sources]
         lines += ["", "providers (what quotes, offers and --providers name) and where their prices come from:",
-                  tabulate(table, headers=("provider", "plugin", "from", "offers", "prices of", "age", "stale", "source"),
-                           disable_numparse=True)]
+                  tabulate(table_cells(table), headers=("provider", "plugin", "from", "offers", "prices of", "age",
+                                                        "stale", "source"), disable_numparse=True)]
     for b in overview.broken:
-        lines.append(f"broken plugin {b.name}: {b.error}")
+        lines.append(one_line(f"broken plugin {b.name}: {b.error}"))
     if not overview.has_store:
         lines.append(f"no price store at {overview.store_path} yet: quotes use the bundled snapshot until `rentopt refresh`")
     return "\n".join(lines)

@@ -472,6 +472,28 @@ def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+class _Laid(str):
+    """A table tabulate laid out (its cells already one inert line each): kept as it is."""
+
+
+def _tabulate(rows: list, **kw: Any) -> _Laid:
+    """tabulate, every cell first made one inert line (text.table_cells)."""
+    from tabulate import tabulate
+
+    from rentopt.optimizer.text import table_cells
+
+    return _Laid(tabulate(table_cells(rows), **kw))
+
+
+def _inert(out: list[str]) -> str:
+    """The lines of a terminal output joined, each one inert line (text.one_line): a control
+    character in a provider's name, offer id or source shows as its escape and can neither move
+    the cursor nor start a line of its own (a newline in a name once forged "#1 total 0.01 USD")."""
+    from rentopt.optimizer.text import one_line
+
+    return "\n".join(x if isinstance(x, _Laid) else one_line(x) for x in out)
+
+
 def quote_table(quote: Quote, *, explain: bool = False, details: bool = False, now: datetime | None = None,
                 job: str = "") -> str:
     """The quote for people. By default one screen: a short header, one row per plan, the #1
@@ -479,7 +501,7 @@ def quote_table(quote: Quote, *, explain: bool = False, details: bool = False, n
     stages, line items, notes and sources; the assumptions). `explain`: every rejected offer."""
     if details:
         return _quote_details(quote, explain=explain, now=now, job=job)
-    from tabulate import tabulate
+    tabulate = _tabulate
 
     ccy = quote.currency
     out = _quote_header(quote, now, job)
@@ -506,7 +528,7 @@ def quote_table(quote: Quote, *, explain: bool = False, details: bool = False, n
         more.append(f"--explain: the {quote.rejected_count:,} offer{'' if quote.rejected_count == 1 else 's'} "
                     "rejected and why")
     out.append("More: " + "; ".join(more) + ".")
-    return "\n".join(out)
+    return _inert(out)
 
 
 def _quote_header(quote: Quote, now: datetime | None, job: str) -> list[str]:
@@ -556,7 +578,7 @@ def prices_header(quote: Quote, now: datetime | None = None) -> str:
 
 
 def _best_plan(plan: Plan, quote: Quote, now: datetime | None) -> list[str]:
-    from tabulate import tabulate
+    tabulate = _tabulate
 
     ccy = plan.currency
     t = _training_stage(plan)
@@ -604,7 +626,7 @@ def wrapped(line: str, width: int = SCREEN_WIDTH) -> list[str]:
 
 
 def _rejections(quote: Quote) -> list[str]:
-    from tabulate import tabulate
+    tabulate = _tabulate
 
     out = ["", f"rejected offers ({len(quote.rejected)}):"]
     rows = [[r.provider, r.offer_id, r.gpu, r.constraint, r.reason] for r in quote.rejected]
@@ -613,7 +635,7 @@ def _rejections(quote: Quote) -> list[str]:
 
 
 def _quote_details(quote: Quote, *, explain: bool, now: datetime | None, job: str) -> str:
-    from tabulate import tabulate
+    tabulate = _tabulate
 
     out: list[str] = [job] if job else []
     out.append(_prices_line(quote, now))
@@ -649,7 +671,7 @@ def _quote_details(quote: Quote, *, explain: bool, now: datetime | None, job: st
     elif quote.rejected_count:
         out.append("")
         out.append(f"{quote.rejected_count} offers rejected; --explain lists each with the number that failed.")
-    return "\n".join(out)
+    return _inert(out)
 
 
 def _prices_line(quote: Quote, now: datetime | None) -> str:
@@ -718,7 +740,7 @@ def _md(text: Any) -> str:
 def no_plan_text(exc: Any) -> str:
     """What `--explain` prints when no plan fits: the binding constraint with its numbers, the
     closest misses, the rejections by reason, then every rejected offer."""
-    from tabulate import tabulate
+    tabulate = _tabulate  # offer ids and reasons: one inert line each
 
     info = exc.explanation or {"binding": str(exc), "reasons": exc.reasons, "closest_misses": [],
                                "rejections_by_reason": []}
@@ -739,7 +761,7 @@ def no_plan_text(exc: Any) -> str:
         rows = [[r.provider, r.offer_id, r.gpu, r.constraint, r.reason] for r in exc.rejected]
         out += ["", f"Every rejected offer ({len(rows):,}):",
                 tabulate(rows, headers=["provider", "offer", "gpu", "constraint", "reason"], disable_numparse=True)]
-    return "\n".join(out)
+    return _inert(out)
 
 
 def no_plan_json(exc: Any) -> str:

@@ -1158,8 +1158,11 @@ def render(report: Report, fmt: Format) -> str:
 
 
 def write_report(path: Path, text: str) -> None:
-    """Write the report file; a path that cannot be written is the user's to fix."""
+    """Write the report file atomically (paths.write_atomic: a full disk leaves the previous
+    file as it was); a path that cannot be written is the user's to fix."""
+    from rentopt.optimizer.paths import write_atomic
+
     try:
-        path.write_text(text, encoding="utf-8")
+        write_atomic(path, text.encode("utf-8"))
     except OSError as exc:
         raise InputError(f"cannot write the report to {path}: {exc.strerror or exc}; choose another -o path") from None

@@ -72,6 +72,11 @@ TEXT_FIELDS = {"offer_id": _CONTROL, "gpu_raw": _CONTROL_NOT_SPACE, "region": _C
                "source": _CONTROL_NOT_SPACE}
 
 
+def clock() -> datetime:
+    """This machine's clock, now (one place, so a test can set it)."""
+    return datetime.now(timezone.utc)
+
+
 def provider_name_problem(name: object) -> str | None:
     """Why `name` cannot be a provider's name, or None.
 
@@ -135,7 +140,7 @@ class RowCheck:
     catalog are loaded once, provider names checked once each."""
 
     def __init__(self, now: datetime | None = None, bands: PriceBands | None = None) -> None:
-        self.now = now or datetime.now(timezone.utc)
+        self.now = now or clock()
         self.bands = bands or PriceBands()
         self._names: dict[str, str | None] = {}
 

@@ -1,14 +1,59 @@
-"""Escaping text that came from outside (offer ids, GPU names, notes) for Markdown and HTML.
+"""Escaping text that came from outside (offer ids, GPU names, notes) for terminals, Markdown,
+HTML and CSV.
 
-One place, so the report and the quote's Markdown cannot drift apart. Both functions make a
-provider's string inert: what a reader sees is the string itself, never markup, a link, a
-code span, an image or a broken table.
+One place, so the outputs cannot drift apart. Each function makes a provider's string inert:
+what a reader sees is the string itself, never markup, a link, a code span, an image, a broken
+table, a terminal escape sequence (clear-screen, window title, cursor moves), a line that was
+not there (a newline in a name once forged "#1 total 0.01 USD" inside a quote table), or a
+spreadsheet formula.
 """
 
 from __future__ import annotations
 
 import html
 import re
+
+# Control characters: C0 (newline and tab included), DEL, C1, and the format characters that
+# break or reorder lines on a terminal (line and paragraph separators, bidirectional overrides
+# and isolates, zero-width marks, the byte-order mark).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# OWASP, "CSV Injection": a cell a spreadsheet would run as a formula starts with one of these
+# (https://owasp.org/www-community/attacks/CSV_Injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def one_line(text: object) -> str:
+    """Text made inert on a terminal, on one line: every control character written as its
+    escape (\\n, \\x1b, \\u202e), so it shows as what it is and breaks or moves nothing.
+
+    >>> print(one_line("evil\\n#1  total 0.01 USD\\x1b[2J\\u202e"))
+    evil\\n#1  total 0.01 USD\\x1b[2J\\u202e
+    >>> one_line("RTX 4090")
+    'RTX 4090'
+    """
+    s = str(text)
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], s) if _CONTROL.search(s) else s
+
+
+def table_cells(rows: list[list[object]]) -> list[list[str]]:
+    """Every cell of a table made one inert line (`one_line`), before tabulate lays it out."""
+    return [[one_line(c) for c in row] for row in rows]
+
+
+def csv_cell(text: object) -> str:
+    """A text cell for CSV output: control characters escaped (`one_line`), and a cell that a
+    spreadsheet would run as a formula (starting with = + - @, tab or carriage return) prefixed
+    with a single quote, which shows it as text (OWASP's rule).
+
+    >>> for cell in ("=HYPERLINK(1)", "@SUM(A1)", "lambda", "-"):
+    ...     print(csv_cell(cell))
+    '=HYPERLINK(1)
+    '@SUM(A1)
+    lambda
+    '-
+    """
+    s = one_line(text)
+    return "'" + s if s.startswith(_FORMULA_START) else s
 
 # CommonMark's backslash escapes cover every ASCII punctuation character
 # (https://spec.commonmark.org/0.31.2/#backslash-escapes); these are the ones that start
@@ -29,7 +74,7 @@ def escape_markdown(text: object) -> str:
     >>> escape_markdown("gpu_1x_a10"), escape_markdown("`rm -rf` _x_"), escape_markdown("1. first")
     ('gpu_1x_a10', '\\\\`rm -rf\\\\` \\\\_x\\\\_', '1\\\\. first')
     """
-    s = re.sub(r"\s*[\r\n]+\s*", " ", str(text)).strip()
+    s = one_line(re.sub(r"\s*[\r\n]+\s*", " ", str(text)).strip())
     s = html.escape(s, quote=False)
     s = _MD_SPECIAL.sub(r"\\\1", s)
     # An underscore inside a word never starts emphasis (CommonMark); at a word edge it may.

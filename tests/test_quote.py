@@ -425,7 +425,7 @@ def test_markdown_output_names_the_job(tmp_path):
 
 
 def test_markdown_makes_offer_text_inert(tmp_path):
-    nasty = offer("<script>x</script>|[a](javascript:b)", hourly="0.49", gpus=1, provider="p`q", **A6000)
+    nasty = offer("<script>x</script>|[a](javascript:b)", hourly="0.49", gpus=1, provider="p-q", **A6000)  # (a provider name with markup is refused at the door: test_hostile_data.py)
     code, out, _ = quote("--model", "13b", "--mode", "lora", "--tokens", "3e8", "--offers-file",
                          str(write_offers(tmp_path, [nasty])), "--format", "markdown")
     assert code == 0
@@ -435,9 +435,13 @@ def test_markdown_makes_offer_text_inert(tmp_path):
     assert table_rows and all(ln.count(" | ") == 7 for ln in table_rows)  # a pipe in offer text is not a cell
 
 
-def test_a_rate_much_older_than_the_prices_is_flagged(tmp_path):
+def test_a_rate_much_older_than_the_prices_is_flagged(tmp_path, monkeypatch):
     # The shipped ECB history ends 2026-10-30; a CNY price of 2027-03-01 converts at that rate,
-    # 122 days older than the price: more than 90, so the quote says so.
+    # 122 days older than the price: more than 90, so the quote says so. The clock says it is
+    # 2027-03-01 (a price dated after the clock is refused at the door: optimizer/row_check.py).
+    from rentopt.optimizer import row_check
+
+    monkeypatch.setattr(row_check, "clock", lambda: datetime(2027, 3, 1, 12, tzinfo=timezone.utc))
     late = offer("cny-box", hourly="3.50", gpus=1, currency="CNY", **A6000).model_copy(
         update={"fetched_at": datetime(2027, 3, 1, tzinfo=timezone.utc)})
     data = quote_json("--model", "13b", "--mode", "lora", "--tokens", "3e8", "--offers-file",

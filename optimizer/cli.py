@@ -759,10 +759,13 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
     else ~/.sky/catalogs/v8, else SkyPilot's published catalog. When two plugins deliver the same
     provider (vast directly and from SkyPilot's catalog), the newer prices are kept, never a mix.
 
-    A row whose price is outside the sane range is rejected and counted ("bad prices"), never
+    A row whose price is outside the sane range is rejected and counted ("refused rows"), never
     stored: per GPU-hour 0.001 to 200 USD (0.006 to 1500 CNY; other currencies at their exchange
     rate), storage up to 5 USD per GB-month, transfer up to 5 USD per GB - an order of magnitude
-    beyond the cheapest consumer card and the dearest 8-GPU node on sale.
+    beyond the cheapest consumer card and the dearest 8-GPU node on sale. So is a row with a GPU
+    id rentopt does not know, a currency it has no rate for, a provider name that is not a plain
+    name, a control character in its offer id, or a date more than a day ahead (README: Reliability).
+    Each source may download at most its byte limit (RENTOPT_MAX_DOWNLOAD_MB raises it).
 
     \b
     Exit status (for cron):
@@ -771,7 +774,7 @@ def refresh_command(verbosity: Verbosity | None, names: str | None, source: str 
       2  bad input: a flag or a RENTOPT_* variable
       3  none succeeded (price sheets, read from local files, do not count)
       4  rentopt's own files cannot be used (RENTOPT_HOME read-only or not a directory, disk
-         full, the store damaged or being written by another refresh)
+         full, the store damaged or being written by another refresh), or memory ran out
     """
     from dataclasses import replace
 

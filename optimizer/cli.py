@@ -884,7 +884,7 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
     for note in found.notes:
         click.echo(one_line(f"note: {note}"))
     if not found.offers:
-        click.echo(found.empty_reason or "No offer matches these filters; loosen them (see `rentopt offers --help`).")
+        click.echo(one_line(found.empty_reason or "No offer matches these filters; loosen them (see `rentopt offers --help`)."))
         return
     rows = offer_table_rows(found.offers, datetime.now(timezone.utc))
     click.echo(tabulate(rows, headers=OFFER_TABLE_HEADERS, disable_numparse=True))

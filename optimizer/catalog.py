@@ -299,6 +299,8 @@ class OfferSet:
     prices_as_of: datetime | None  # the oldest fetched_at among `offers`
     label: str  # one line for the top of every output
     notes: list[str] = field(default_factory=list)
+    # Lines a user must see whatever the output format (stored rows left out: Store.warnings)
+    warnings: list[str] = field(default_factory=list)
     columns: StoreColumns | LazyRows | TableColumns | None = None  # lazy sets: every offer, as columns
     # requested providers with no prices anywhere, each with the fix ("runpod: no prices in the
     # store; `rentopt refresh --providers runpod` (RUNPOD_API_KEY), or ...")
@@ -375,7 +377,8 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
             reading.enter_context(store.reading())
             states = [s for s in store.providers() if s.has_data]
         offers, columns, chosen, sheet_notes = _gather(store, states, query, requested, lazy)
-        sheet_notes = [*sheet_notes, *(store.warnings() if store is not None else [])]
+        warnings = store.warnings() if store is not None else []
+        sheet_notes = [*sheet_notes, *warnings]
     oldest = min([o.fetched_at for o in offers] + ([when] if columns and (when := columns.oldest()) else []),
                  default=None)
     if oldest == UNKNOWN_DATE:  # the oldest KNOWN date; providers of unknown date are named in the label
@@ -410,7 +413,7 @@ def load_offers(providers: list[str] | None = None, offers_file: Path | None = N
     if by_file:
         label += f"; dated by file time: {', '.join(by_file)}"
     missing = missing_providers(requested, chosen) if requested else []
-    return OfferSet(offers, origin, chosen, oldest, label, notes, columns=columns, missing=missing)
+    return OfferSet(offers, origin, chosen, oldest, label, notes, columns=columns, missing=missing, warnings=warnings)
 
 
 def missing_providers(requested: Sequence[str], chosen: dict[str, Provenance]) -> list[str]:

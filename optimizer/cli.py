@@ -543,6 +543,7 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     from rentopt.optimizer.render import no_plan_json, no_plan_text
 
     offers = load_offers(_comma_list(providers), offers_file, lazy=True)
+    _warn(offers.warnings)
     try:
         quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
     except NoFeasiblePlan as exc:
@@ -563,6 +564,14 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
         click.echo(text, nl=False)
     else:
         _write_output(output, text, "quote")
+
+
+def _warn(lines: list[str]) -> None:
+    """Warnings every output format gets, on stderr (stored offers a reader left out)."""
+    from rentopt.optimizer.text import one_line
+
+    for line in lines:
+        click.echo(one_line(f"rentopt: warning: {line}"), err=True)
 
 
 def _write_output(path: Path, text: str, what: str) -> None:
@@ -866,6 +875,7 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
     from rentopt.optimizer.text import one_line  # every line one inert line: names may hold escapes
 
     if fmt != "table":
+        _warn(found.warnings)
         click.echo(one_line(f"# {found.label}: {len(found.offers)} offers"), err=True)
         for line in found.sources():
             click.echo(one_line(f"# prices: {line}"), err=True)

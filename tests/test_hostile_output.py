@@ -46,12 +46,18 @@ def no_raw_escapes(text: str) -> None:
 
 def test_a_forged_line_cannot_reach_the_quote_table_or_explain(rentopt_home):
     stored_with_a_forged_offer_id()
-    result = CliRunner().invoke(cli, ["quote", "--model", "350m", "--mode", "lora", "--days", "1", "--explain",
+    result = CliRunner().invoke(cli, ["quote", "--model", "350m", "--mode", "lora", "--days", "1", "--explain", "--details",
+                                      "--deadline-days", "30",
                                       "--providers", "lambda"])
     assert result.exit_code == 0, result.output
     no_raw_escapes(result.output)
     assert "cheap\\n#1  total 0.01 USD\\x1b[2J" in result.output  # shown as what it is
     assert not any(line.startswith("prices: forged line") for line in result.output.splitlines())
+    screen = CliRunner().invoke(cli, ["quote", "--model", "350m", "--mode", "lora", "--days", "1", "--deadline-days",
+                                      "30", "--providers", "lambda"])  # the one-screen quote
+    assert screen.exit_code == 0, screen.output
+    no_raw_escapes(screen.output)
+    assert "cheap\\n#1  total 0.01 USD" in screen.output
 
 
 def test_offers_table_and_markdown_report_show_escapes_not_sequences(rentopt_home):

@@ -75,65 +75,201 @@ def _legend(items: Sequence[tuple[str, str, bool]], x: float, y: float, width: f
     return parts, cy + 18
 
 
+# A bar chart's axis turns logarithmic when its longest bar is more than this many times its
+# shortest non-zero one. Past one decade a linear axis shrinks the short bars to a few pixels:
+# one monthly rental (a whole month billed for a 3-day job) made every hourly plan's bar a
+# sliver (issue 26). On a log axis equal steps are equal ratios, so 20 vs 25 stays as far apart
+# next to 2,000 as it is alone.
+LOG_SPREAD = 10.0
+# Narrow charts (phones, ~400 px wide) are drawn this wide, so at 400 px, less the page's
+# padding, they show at about 1:1 and their 12 px text stays 12 px.
+NARROW_WIDTH = 376
+
+
+@dataclass(frozen=True)
+class BarScale:
+    """Where values fall along a bar chart's value axis: `offset` is pixels from the axis start.
+
+    Linear axes start at 0; log axes at the power of ten at or below half the smallest bar, so
+    the shortest bar is at least log10(2), about 0.3 of a decade, long and never vanishes.
+    """
+
+    log: bool
+    ticks: tuple[float, ...]
+    length: float  # pixels from the first tick to the last
+
+    def offset(self, value: float) -> float:
+        lo, hi = self.ticks[0], self.ticks[-1]
+        if not self.log:
+            return max(value, 0.0) / (hi or 1.0) * self.length
+        if value <= lo:
+            return 0.0
+        return (math.log10(value) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * self.length
+
+    def bar(self, total: float, part: float) -> float:
+        """The length of `part` of a stacked bar of `total`: its share of the bar's length (on a
+        log axis a segment has no length of its own; its share of the total is what it shows)."""
+        return self.offset(total) * part / total if total > 0 else 0.0
+
+    @property
+    def name(self) -> str:
+        return "log" if self.log else "linear"
+
+
+def bar_scale(totals: Sequence[float], length: float) -> BarScale:
+    """The axis for bars of these totals: linear from 0, or log past LOG_SPREAD (see there).
+
+    >>> s = bar_scale([100.0, 120.0, 15840.0], 530)
+    >>> s.log, s.ticks, round(s.offset(100.0), 2), round(s.offset(120.0), 2)
+    (True, (10.0, 100.0, 1000.0, 10000.0, 100000.0), 132.5, 142.99)
+    >>> bar_scale([2.0, 7.3], 100).ticks
+    (0.0, 2.0, 4.0, 6.0, 8.0)
+    """
+    positive = [v for v in totals if v > 0]
+    if positive and max(positive) > LOG_SPREAD * min(positive):
+        lo_exp = math.floor(math.log10(min(positive) / 2) + 1e-9)
+        hi_exp = math.ceil(math.log10(max(positive)) - 1e-9)
+        return BarScale(True, tuple(log_ticks(lo_exp, hi_exp)), length)
+    return BarScale(False, tuple(nice_ticks(0.0, max(positive, default=0.0) or 1.0)), length)
+
+
+def log_ticks(lo_exp: int, hi_exp: int, most: int = 7) -> list[float]:
+    """Ticks from 10^lo_exp to 10^hi_exp: 1, 2 and 5 in each decade when that makes at most
+    `most`, else the powers of ten (every other one when even those are too many).
+
+    >>> log_ticks(0, 2)
+    [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+    >>> log_ticks(-2, 1)
+    [0.01, 0.1, 1.0, 10.0]
+    >>> log_ticks(0, 10)
+    [1.0, 100.0, 10000.0, 1000000.0, 100000000.0, 10000000000.0]
+    """
+    decades = hi_exp - lo_exp
+    if decades * 3 + 1 <= most:
+        return [round(m * 10.0 ** e, 12) for e in range(lo_exp, hi_exp) for m in (1, 2, 5)] + [10.0 ** hi_exp]
+    step = math.ceil(decades / (most - 1))
+    return [round(10.0 ** e, 12) for e in range(lo_exp, hi_exp + 1, step)]
+
+
+def scale_words(scale: BarScale, low: str, high: str) -> str:
+    """The caption's sentence on the axis: which scale, and for a log one why and how to read it
+    (`low` and `high`: the smallest and largest non-zero bar, formatted by the caller)."""
+    if not scale.log:
+        return "Linear scale from 0: bar lengths are in proportion to the amounts."
+    return (f"Log scale: the bars span {low} to {high}, more than {LOG_SPREAD:g} times, so each gridline step "
+            "is a ratio, not a difference; bars keep their order but their lengths are not in proportion, and "
+            "a stacked bar's colours split it by each part's share of its total.")
+
+
+def _wrap(text: str, chars: int) -> list[str]:
+    """Words in lines of at most `chars` characters (a longer word gets a line of its own).
+
+    >>> _wrap("total job cost (USD), stacked by line item", 20)
+    ['total job cost', '(USD), stacked by', 'line item']
+    """
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= chars:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
+
+
+def _fit(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[: max(1, chars - 1)].rstrip() + "…"
+
+
 def bar_chart(chart_id: str, title: str, axis_label: str, groups: Sequence[tuple[str, Sequence[Bar]]],
-              legend: Sequence[tuple[str, str, bool]]) -> str:
-    """Horizontal (stacked) bars in labelled groups, value at the end of each bar, x gridlines."""
-    width, label_w, value_w = CHART_WIDTH, 230, 120
-    x0, x1 = label_w, width - value_w
-    parts, y = _legend(legend, 12, 50, width - 24)
+              legend: Sequence[tuple[str, str, bool]], narrow: bool = False) -> str:
+    """Horizontal (stacked) bars in labelled groups with a value for each bar and x gridlines, on
+    `bar_scale`'s axis (log past LOG_SPREAD; the axis label says which).
+
+    Wide (CHART_WIDTH): labels left of the bars, values after them. Narrow (NARROW_WIDTH, for
+    phones): each bar under a line with its label and its value, so the bars get the full width.
+    """
+    width = NARROW_WIDTH if narrow else CHART_WIDTH
+    pad = 8 if narrow else 12
+    x0, x1 = (pad, width - pad) if narrow else (230, width - 120)
+    char_px = 6.6  # about one character of 12 px sans-serif
+    title_lines = _wrap(title, int((width - 2 * pad) / 8.2)) if narrow else [title]
+    title_size = 14 if narrow else 15
+    title_bottom = 24 + (len(title_lines) - 1) * 18
+    parts, y = _legend(legend, pad, title_bottom + 26, width - 2 * pad)
     top = y + 4
     rows: list[tuple[float, str | Bar]] = []  # (y, a group's label or a bar)
+    row_h = 36 if narrow else 22
     for group, bars in groups:
         if group:
             rows.append((y + 14, group))
             y += 20
         for bar in bars:
             rows.append((y, bar))
-            y += 22
+            y += row_h
     bottom = y + 4
-    vmax = max((sum(v for v, _, _ in b.segments) for _, b in rows if isinstance(b, Bar)), default=0.0)
-    ticks = nice_ticks(0.0, vmax or 1.0)
-    scale = (x1 - x0) / (ticks[-1] or 1.0)
-    height = bottom + 52
+    totals = [sum(v for v, _, _ in b.segments) for _, b in rows if isinstance(b, Bar)]
+    scale = bar_scale(totals, x1 - x0)
+    axis_text = f"{axis_label}, {scale.name} scale"
+    axis_lines = _wrap(axis_text, int((width - 2 * pad) / char_px)) if narrow else [axis_text]
+    height = bottom + 38 + 16 * len(axis_lines)
     svg = [f'<svg class="chart" id="{esc(chart_id)}" viewBox="0 0 {width} {height:.0f}" width="{width}" '
-           f'height="{height:.0f}" role="img" aria-labelledby="{esc(chart_id)}-title" font-size="12">',
-           f'<title id="{esc(chart_id)}-title">{esc(title)}</title>',
-           f'<text class="chart-title" x="12" y="24" font-size="15" font-weight="bold">{esc(title)}</text>',
-           '<g class="grid" stroke="#dddddd">']
-    for t in ticks:
-        x = x0 + t * scale
+           f'height="{height:.0f}" role="img" aria-labelledby="{esc(chart_id)}-title" font-size="12" '
+           f'data-scale="{scale.name}">',
+           f'<title id="{esc(chart_id)}-title">{esc(title)}</title>']
+    svg += [f'<text class="chart-title" x="{pad}" y="{24 + 18 * i}" font-size="{title_size}" font-weight="bold">'
+            f'{esc(line)}</text>' for i, line in enumerate(title_lines)]
+    svg.append('<g class="grid" stroke="#dddddd">')
+    for t in scale.ticks:
+        x = x0 + scale.offset(t)
         svg.append(f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{bottom:.1f}"/>')
     svg.append("</g>")
     svg += parts
     for ry, item in rows:
         if not isinstance(item, Bar):
-            svg.append(f'<text class="group-label" x="12" y="{ry:.1f}" font-weight="bold">{esc(item)}</text>')
+            svg.append(f'<text class="group-label" x="{pad}" y="{ry:.1f}" font-weight="bold">{esc(item)}</text>')
             continue
-        svg.append(f'<text x="{x0 - 8}" y="{ry + 15:.1f}" text-anchor="end">{esc(item.label)}</text>')
+        if narrow:
+            bar_y, text_y = ry + 17, ry + 13
+            svg.append(f'<text class="label" x="{pad}" y="{text_y:.1f}">{esc(item.label)}</text>')
+        else:
+            bar_y, text_y = ry + 4, ry + 16
+            svg.append(f'<text class="label" x="{x0 - 8}" y="{ry + 15:.1f}" text-anchor="end">{esc(item.label)}</text>')
+        total = sum(v for v, _, _ in item.segments)
         cx = float(x0)
         for value, color, tip in item.segments:
-            w = max(value * scale, 0.0)
-            svg.append(f'<rect class="bar" x="{cx:.1f}" y="{ry + 4:.1f}" width="{w:.1f}" height="15" fill="{color}">'
-                       f'<title>{esc(tip)}</title></rect>')
+            w = max(scale.bar(total, value), 0.0)
+            svg.append(f'<rect class="bar" x="{cx:.1f}" y="{bar_y:.1f}" width="{w:.1f}" height="{12 if narrow else 15}" '
+                       f'fill="{color}"><title>{esc(tip)}</title></rect>')
             cx += w
-        if item.segments:
-            svg.append(f'<text class="value" x="{cx + 5:.1f}" y="{ry + 16:.1f}">{esc(item.value_text)}</text>')
+        if item.segments or not item.note:
+            if narrow:
+                svg.append(f'<text class="value" x="{width - pad}" y="{text_y:.1f}" text-anchor="end">'
+                           f'{esc(item.value_text)}</text>')
+            else:
+                svg.append(f'<text class="value" x="{cx + 5:.1f}" y="{text_y:.1f}">{esc(item.value_text)}</text>')
         else:
-            svg.append(f'<text class="note" x="{x0 + 4}" y="{ry + 16:.1f}" fill="#666666" font-style="italic">'
-                       f'{esc(item.note)}</text>')
+            # no bar: the note takes the bar's place (on a phone, the line under the label)
+            note_x, note_y = (pad, bar_y + 10) if narrow else (x0 + 4, text_y)
+            room = int((width - pad - note_x) / char_px)
+            svg.append(f'<text class="note" x="{note_x}" y="{note_y:.1f}" fill="#666666" font-style="italic">'
+                       f'<title>{esc(item.note)}</title>{esc(_fit(item.note, room))}</text>')
     svg.append(f'<line class="axis" x1="{x0}" y1="{bottom:.1f}" x2="{x1}" y2="{bottom:.1f}" stroke="#333333"/>')
-    for t in ticks:
-        x = x0 + t * scale
-        svg.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 16:.1f}" text-anchor="middle">{_tick_text(t)}</text>')
-    svg.append(f'<text class="axis-label" x="{(x0 + x1) / 2:.1f}" y="{bottom + 38:.1f}" text-anchor="middle">'
-               f'{esc(axis_label)}</text>')
+    for t in scale.ticks:
+        x = x0 + scale.offset(t)
+        anchor = "start" if narrow and t == scale.ticks[0] else "end" if narrow and t == scale.ticks[-1] else "middle"
+        svg.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 16:.1f}" text-anchor="{anchor}">{_tick_text(t)}</text>')
+    svg += [f'<text class="axis-label" x="{(x0 + x1) / 2:.1f}" y="{bottom + 38 + 16 * i:.1f}" text-anchor="middle">'
+            f'{esc(line)}</text>' for i, line in enumerate(axis_lines)]
     svg.append("</svg>")
     return "\n".join(svg)
 
 
 def line_chart(chart_id: str, title: str, y_label: str, series: Sequence[tuple[str, str, bool, Sequence[tuple[datetime, float]]]],
-               width: int = 430, height: int = 270) -> str:
-    """Price over time: one line (and dots) per series, dashed for spot, gridlines both ways."""
+               width: int = 400, height: int = 270) -> str:
+    """Price over time: one line (and dots) per series, dashed for spot, gridlines both ways.
+
+    400 wide: at a phone's ~376 px its 11 px text still shows at over 10 px, and on a desktop
+    two or three sit side by side."""
     left, right, top, plot_h = 62, 14, 36, height - 36 - 56
     times = sorted({t for *_, pts in series for t, _ in pts})
     values = [v for *_, pts in series for _, v in pts]

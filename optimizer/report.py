@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -34,15 +34,16 @@ from typing import Literal
 
 from rentopt import __version__
 from rentopt.optimizer.catalog import OfferSet, load_offers, open_history
-from rentopt.optimizer.charts import PALETTE, Bar, bar_chart, line_chart
+from rentopt.optimizer.charts import PALETTE, Bar, bar_chart, bar_scale, line_chart, scale_words
 from rentopt.optimizer.currency import FxTable, round_money
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.models import FxRate, GpuSpec, ModelSpec, Offer, Origin, Plan, PlanStage, PriceUnit, TrainingSetup
 from rentopt.optimizer.offers_io import UNIT_ORDER, age_words, hour_price
 from rentopt.optimizer.offers_io import money as unit_price
-from rentopt.optimizer.planner import QuoteRequest, build_quote
+from rentopt.optimizer.planner import QuoteRequest, build_quote, gpu_name_notes, parse_gpu_filter
 from rentopt.optimizer.render import cost_text, money, number
+from rentopt.optimizer.store import OfferQuery
 from rentopt.optimizer.text import escape_html as esc
 from rentopt.optimizer.text import escape_markdown as md
 from rentopt.optimizer.workload import resolve_model
@@ -179,6 +180,30 @@ def format_for(output: Path | None, requested: str | None = None) -> Format:
     return found
 
 
+def read_gpus(items: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The report's --gpu: catalog ids, read as quote's --gpu reads names (comma lists or repeated;
+    a bare H100 is the SXM card), and the assumption lines that say how a bare name was read.
+
+    A report compares GPU models across node sizes, so a GPUs-per-node count is refused.
+
+    >>> read_gpus(["h100-sxm-80gb,RTX-4090-24GB", "H100-SXM-80GB"])
+    (('H100-SXM-80GB', 'RTX-4090-24GB'), ())
+    >>> read_gpus(["H100:8"])
+    Traceback (most recent call last):
+    ...
+    rentopt.optimizer.errors.InputError: --gpu H100:8: the report compares GPU models at every node size; name the GPU alone (--gpu H100), or price 8-GPU nodes with `rentopt quote --gpu H100:8`
+    """
+    for item in items:
+        for part in item.split(","):
+            name, sep, count = part.strip().partition(":")
+            if sep:
+                raise InputError(f"--gpu {part.strip()}: the report compares GPU models at every node size; name the "
+                                 f"GPU alone (--gpu {name.strip()}), or price {count.strip()}-GPU nodes with "
+                                 f"`rentopt quote --gpu {part.strip()}`")
+    ids = tuple(dict.fromkeys(gpu for gpu, _ in parse_gpu_filter(items)))
+    return ids, tuple(gpu_name_notes(items, []))
+
+
 @dataclass(frozen=True)
 class ReportRequest:
     since: timedelta = timedelta(days=30)
@@ -187,6 +212,27 @@ class ReportRequest:
     workloads: tuple[Workload, ...] = ()
     providers: tuple[str, ...] | None = None
     now: datetime | None = None  # pinned by tests; default: the time of the report
+    gpus: tuple[str, ...] = ()  # --gpu: only these catalog ids (read_gpus)
+    min_gpu_memory_gb: float | None = None  # --min-gpu-memory
+    gpu_notes: tuple[str, ...] = ()  # how --gpu's bare names were read (read_gpus)
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.gpus) or self.min_gpu_memory_gb is not None
+
+    def filter_words(self) -> str:
+        """The GPU filters in words, as the report's header states them ("" without filters).
+
+        >>> ReportRequest(gpus=("H100-SXM-80GB",), min_gpu_memory_gb=48).filter_words()
+        'only H100-SXM-80GB (--gpu), with at least 48 GB per GPU (--min-gpu-memory)'
+        """
+        parts = []
+        if self.gpus:
+            parts.append(f"only {', '.join(self.gpus)} (--gpu)")
+        if self.min_gpu_memory_gb is not None:
+            parts.append(f"{'with ' if self.gpus else 'only GPUs with '}at least {self.min_gpu_memory_gb:g} GB per GPU "
+                         "(--min-gpu-memory)")
+        return ", ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,6 +368,9 @@ class Report:
     history_note: str | None
     notes: list[str]
     providers: list[str]
+    gpus: tuple[str, ...] = ()  # the --gpu filter (catalog ids); empty: every GPU
+    min_gpu_memory_gb: float | None = None  # the --min-gpu-memory filter
+    filter_text: str = ""  # the filters in words, and what they kept ("" without filters)
 
 
 # --------------------------------------------------------------------------------------------
@@ -332,8 +381,14 @@ def build_report(request: ReportRequest, fx: FxTable) -> Report:
     """Everything the report shows, from the store read-only (or the bundled snapshot)."""
     currency = fx.rate(request.currency).currency  # an unknown currency fails before any work
     now = request.now or datetime.now(timezone.utc)
-    offers = load_offers(list(request.providers) if request.providers else None)
-    notes = list(offers.notes)
+    query = OfferQuery(gpus=request.gpus or None, min_gpu_memory_gb=request.min_gpu_memory_gb)
+    offers = load_offers(list(request.providers) if request.providers else None, query=query)
+    notes = list(request.gpu_notes) + list(offers.notes)
+    filter_text = ""
+    if request.filtered:
+        filter_text, kept = _apply_filters(offers, request)
+        offers = replace(offers, offers=[o for o in offers.offers if o.provider in kept],
+                         provenance={p: v for p, v in offers.provenance.items() if p in kept})
     if left_out := sorted({o.currency for o in offers.offers if not fx.knows(o.currency)}):
         notes.append(f"offers priced in {', '.join(left_out)} are left out: no exchange rate; add one with "
                      f"--fx {left_out[0]}=UNITS_PER_USD")
@@ -355,7 +410,25 @@ def build_report(request: ReportRequest, fx: FxTable) -> Report:
         since=request.since, since_text=request.since_text, freshness=facts.freshness, prices=prices,
         chart_gpus=pick_chart_gpus(prices), jobs=[price_workload(w, offers, providers, fx, currency) for w in workloads],
         history=facts.history, moves=facts.moves, history_note=facts.history_note, notes=notes, providers=providers,
+        gpus=request.gpus, min_gpu_memory_gb=request.min_gpu_memory_gb, filter_text=filter_text,
     )
+
+
+def _apply_filters(offers: OfferSet, request: ReportRequest) -> tuple[str, set[str]]:
+    """The filters' sentence for the header: what they keep and which providers have nothing left
+    (those drop out of the report), and the providers kept. Nothing left at all is the user's to
+    loosen: an input error."""
+    kept = sorted({o.provider for o in offers.offers if o.gpu})
+    if not kept:
+        flags = (f" --gpu {','.join(request.gpus)}" if request.gpus else "") + \
+            (f" --min-gpu-memory {request.min_gpu_memory_gb:g}" if request.min_gpu_memory_gb is not None else "")
+        raise InputError(f"no offer in the {offers.label} matches{flags}; `rentopt offers{flags}` lists "
+                         "what matches, `rentopt gpus` every GPU id")
+    left = sorted(set(offers.provenance) - set(kept))
+    matched = sum(1 for o in offers.offers if o.gpu)
+    text = (f"{request.filter_words()[0].upper()}{request.filter_words()[1:]}: {matched} offer"
+            f"{'' if matched == 1 else 's'} from {len(kept)} provider{'' if len(kept) == 1 else 's'}")
+    return text + (f"; left out, with no such offer: {', '.join(left)}." if left else "."), set(kept)
 
 
 @dataclass
@@ -887,6 +960,8 @@ def render_markdown(report: Report) -> str:
            f"Generated {when(report.generated_at)} by rentopt {__version__}. Prices from the {md(report.label)}.", "",
            f"Amounts in **{report.currency}**. Exchange rates used:", ""]
     out += [f"- {md(line)}" for line in _fx_lines(report)] + [""]
+    if report.filter_text:
+        out += [f"Filters: {md(report.filter_text)}", ""]
     if report.notes:
         out += ["Notes:", ""] + [f"- {md(n)}" for n in report.notes] + [""]
     out += ["Contents:", ""] + [f"{i}. [{title}](#{_anchor(title)})" for i, (_, title) in enumerate(SECTIONS, 1)]
@@ -932,7 +1007,40 @@ def provider_colors(providers: Sequence[str]) -> dict[str, str]:
     return {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(sorted(providers))}
 
 
-def price_chart(report: Report) -> str | None:
+@dataclass(frozen=True)
+class BarFigure:
+    """One bar chart of the report, drawn twice (wide for desktops and print, narrow for phones:
+    the page's CSS shows one), with the caption that says which scale it uses and why."""
+
+    chart_id: str
+    title: str
+    axis_label: str
+    groups: list[tuple[str, list[Bar]]]
+    legend: list[tuple[str, str, bool]]
+    lead: str  # the caption's first sentence ("" for none)
+    amount_text: Callable[[float], str]  # a bar's amount as the caption states it
+
+    @property
+    def totals(self) -> list[float]:
+        return [sum(v for v, _, _ in b.segments) for _, bars in self.groups for b in bars]
+
+    def caption(self) -> str:
+        positive = [v for v in self.totals if v > 0]
+        scale = bar_scale(self.totals, 1.0)
+        words = scale_words(scale, self.amount_text(min(positive)), self.amount_text(max(positive))) \
+            if positive else "No amounts to draw."
+        return f"{self.lead} {words}".strip()
+
+    def svg(self, narrow: bool = False) -> str:
+        chart_id = f"narrow-{self.chart_id}" if narrow else self.chart_id
+        return bar_chart(chart_id, self.title, self.axis_label, self.groups, self.legend, narrow=narrow)
+
+    def html(self) -> str:
+        return (f'<figure><div class="chart-wide">{self.svg()}</div><div class="chart-narrow">{self.svg(narrow=True)}'
+                f"</div><figcaption>{esc(self.caption())}</figcaption></figure>")
+
+
+def price_chart(report: Report) -> BarFigure | None:
     colors = provider_colors(report.providers)
     by_id = {g.spec.id: g for g in report.prices}
     groups = []
@@ -945,12 +1053,14 @@ def price_chart(report: Report) -> str | None:
     if not groups:
         return None
     used = sorted({b.label for _, bars in groups for b in bars})
-    return bar_chart("chart-prices", "Cheapest on-demand price per GPU-hour, by provider",
+    return BarFigure("chart-prices", "Cheapest on-demand price per GPU-hour, by provider",
                      f"{report.currency} per GPU-hour (cheapest on-demand offer)", groups,
-                     [(p, colors[p], False) for p in used])
+                     [(p, colors[p], False) for p in used],
+                     "The GPU models sold by the most providers; the table lists every model.",
+                     lambda v: f"{unit_price(Decimal(repr(v)))} {report.currency}/GPU-h")
 
 
-def job_chart(report: Report, index: int, jobs: WorkloadJobs) -> str:
+def job_chart(report: Report, index: int, jobs: WorkloadJobs) -> BarFigure:
     ccy = report.currency
     bars = []
     for r in jobs.rows:
@@ -962,8 +1072,9 @@ def job_chart(report: Report, index: int, jobs: WorkloadJobs) -> str:
                     for k, label in LINE_ITEMS if _line_item_total(r.plan, k) > 0]
         bars.append(Bar(r.provider, segments, cost_text(r.plan.total, r.plan.unknown_charges, ccy)))
     legend = [(label, LINE_ITEM_COLORS[k], False) for k, label in LINE_ITEMS]
-    return bar_chart(f"chart-job-{index}", f"Whole-job cost: {jobs.workload.label}",
-                     f"total job cost ({ccy}), stacked by line item", [("", bars)], legend)
+    return BarFigure(f"chart-job-{index}", f"Whole-job cost: {jobs.workload.label}",
+                     f"total job cost ({ccy}), stacked by line item", [("", bars)], legend, "",
+                     lambda v: money(Decimal(repr(v)), ccy))
 
 
 def history_charts(report: Report) -> list[str]:
@@ -1004,11 +1115,32 @@ figcaption { color: #555; font-size: 12px; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; }
 svg { max-width: 100%; height: auto; background: #fff; }
 svg text { fill: #1d1d1f; }
+/* Wide tables scroll inside their own box; the page itself never scrolls sideways. */
+.table-scroll { overflow-x: auto; max-width: 100%; margin: 8px 0 14px; }
+.table-scroll > table { margin: 0; }
+p, li, .meta, .note, figcaption, td { overflow-wrap: anywhere; }
+td:first-child { overflow-wrap: normal; }
+/* Each bar chart comes drawn twice: wide (labels beside the bars) and narrow (labels above,
+   text at 1:1 on a phone); the screen's width picks one. Print takes the wide one. */
+.chart-narrow { display: none; }
+@media screen and (max-width: 640px) {
+  body { padding: 12px 12px 40px; }
+  h1 { font-size: 22px; }
+  h2 { font-size: 18px; margin-top: 28px; }
+  .chart-wide { display: none; }
+  .chart-narrow { display: block; }
+  /* a table as wide as its text (a long cell wraps at 18em), scrolled sideways, rather than
+     columns squeezed to a word each */
+  .table-scroll > table { width: max-content; }
+  th, td { max-width: 18em; }
+  nav.toc { display: block; }
+}
 @media print {
   body { max-width: none; padding: 0; font-size: 11px; }
   h2 { break-after: avoid; }
   figure, table, .charts > svg { break-inside: avoid; }
   nav.toc { display: none; }
+  .table-scroll { overflow: visible; }
   a { color: inherit; text-decoration: none; }
 }
 """
@@ -1024,7 +1156,7 @@ def _table(table: Table) -> str:
         cls = table.row_classes[n] if n < len(table.row_classes) else ""
         body.append(f'<tr class="{cls}">' if cls else "<tr>")
         body.append("".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f'<div class="table-scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
 def render_html(report: Report) -> str:
@@ -1038,6 +1170,8 @@ def render_html(report: Report) -> str:
            f"Prices from the {esc(report.label)}.</p>",
            f'<p class="meta">Amounts in <strong>{esc(report.currency)}</strong>. Exchange rates: '
            + "; ".join(esc(line) for line in _fx_lines(report)) + "</p>"]
+    if report.filter_text:
+        out.append(f'<p class="meta filters"><strong>Filters</strong>: {esc(report.filter_text)}</p>')
     out += [f'<p class="note">{esc(n)}</p>' for n in report.notes]
     out.append(f'<nav class="toc"><strong>Contents</strong><ol>{toc}</ol></nav></header>')
 
@@ -1045,8 +1179,7 @@ def render_html(report: Report) -> str:
 
     out.append(f'<section id="prices"><h2>{SECTIONS[1][1]}</h2><p>{esc(_prices_intro(report))}</p>')
     if chart := price_chart(report):
-        out.append(f"<figure>{chart}<figcaption>The GPU models sold by the most providers; the table lists every "
-                   "model.</figcaption></figure>")
+        out.append(chart.html())
     out.append(_table(price_table(report)))
     out.append('<p class="muted">Bold: the cheapest on-demand provider for that GPU.</p></section>')
 
@@ -1055,7 +1188,7 @@ def render_html(report: Report) -> str:
         out.append(f"<h3>{esc(jobs.workload.label)}</h3>")
         if jobs.workload.model.notes:
             out.append(f'<p class="muted">{esc("; ".join(jobs.workload.model.notes))}</p>')
-        out.append(f"<figure>{job_chart(report, i, jobs)}</figure>")
+        out.append(job_chart(report, i, jobs).html())
         if jobs.feasible:
             out.append(_table(job_table(report, jobs)))
         if jobs.infeasible:
@@ -1124,6 +1257,7 @@ def report_data(report: Report) -> dict:
         "generated_at": _iso(report.generated_at), "rentopt_version": __version__, "origin": report.origin,
         "prices_from": report.label, "currency": report.currency,
         "fx": [r.model_dump(mode="json") for r in report.fx], "notes": list(report.notes),
+        "filters": {"gpus": list(report.gpus), "min_gpu_memory_gb": report.min_gpu_memory_gb},
         "freshness": [{"provider": f.provider, "origin": f.origin, "offers": f.offers,
                        "oldest_price_at": _iso(f.fetched_at), "last_success_at": _iso(f.last_success_at),
                        "stale": f.stale, "last_error": f.last_error, "last_error_at": _iso(f.last_error_at),

@@ -190,8 +190,10 @@ def bar_chart(chart_id: str, title: str, axis_label: str, groups: Sequence[tuple
     """
     width = NARROW_WIDTH if narrow else CHART_WIDTH
     pad = 8 if narrow else 12
-    x0, x1 = (pad, width - pad) if narrow else (230, width - 120)
     char_px = 6.6  # about one character of 12 px sans-serif
+    # wide: the values follow the bars, so the longest value's room is kept right of the axis
+    value_w = max([120.0] + [len(b.value_text) * char_px + 12 for _, bars in groups for b in bars])
+    x0, x1 = (pad, width - pad) if narrow else (230, width - value_w)
     title_lines = _wrap(title, int((width - 2 * pad) / 8.2)) if narrow else [title]
     title_size = 14 if narrow else 15
     title_bottom = 24 + (len(title_lines) - 1) * 18
@@ -307,7 +309,9 @@ def line_chart(chart_id: str, title: str, y_label: str, series: Sequence[tuple[s
     for v in yticks:
         svg.append(f'<text class="tick" x="{left - 5}" y="{py(v) + 4:.1f}" text-anchor="end">{_tick_text(v)}</text>')
     for t in xticks:
-        svg.append(f'<text class="tick" x="{px(t):.1f}" y="{top + plot_h + 15}" text-anchor="middle">{t:{fmt}}</text>')
+        # a label centred on a tick near the right edge would be cut off: moved left to fit
+        x = min(px(t), width - 2 - len(f"{t:{fmt}}") * 3.2)
+        svg.append(f'<text class="tick" x="{x:.1f}" y="{top + plot_h + 15}" text-anchor="middle">{t:{fmt}}</text>')
     svg.append(f'<text class="axis-label" x="{left + plot_w / 2:.1f}" y="{top + plot_h + 32}" text-anchor="middle">'
                f'snapshot date (UTC)</text>')
     svg.append(f'<text class="axis-label" x="12" y="{top + plot_h / 2:.1f}" text-anchor="middle" '

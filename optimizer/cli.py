@@ -1071,8 +1071,13 @@ def snapshot_export_command(file: Path) -> None:
 @click.option("--workload", "workloads", multiple=True, metavar='"MODEL MODE DAYSd|TOKENS"',
               help='Another job to price at every provider, e.g. "llama-3.1-8b qlora 3d" or "7b full 2B".')
 @click.option("--providers", metavar="A,B", help="Only these providers (comma-separated).")
+@click.option("--gpu", "gpu_names", multiple=True, metavar="GPU",
+              help="Only these GPUs (comma list or repeated), names read as quote's --gpu reads them: "
+                   "H100 is the H100-SXM-80GB (said in a note), see `rentopt gpus`.")
+@click.option("--min-gpu-memory", type=FiniteFloatRange(min=0), metavar="GB", help="Only GPUs with at least GB of memory.")
 def report_command(fmt: str | None, output: Path | None, since: str, currency: str, fx_overrides: tuple[str, ...],
-                   workloads: tuple[str, ...], providers: str | None) -> None:
+                   workloads: tuple[str, ...], providers: str | None, gpu_names: tuple[str, ...],
+                   min_gpu_memory: float | None) -> None:
     """A provider comparison for your team: freshness, prices per GPU-hour, whole-job costs, history.
 
     \b
@@ -1080,20 +1085,38 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
       rentopt report -o report.html
       rentopt report --currency CNY --fx CNY=7.1 --since 12w > report.md
       rentopt report --workload "llama-3.1-8b qlora 3d" --providers vast,runpod,lambda -o team.html
+      rentopt report --gpu H100 -o h100.html
+      rentopt report --min-gpu-memory 48 --format json | jq '.prices[].gpu'
       rentopt report --format json | jq '.jobs[0].providers[0]'
 
     Whole-job costs cover four reference jobs (7B QLoRA 3 days, 13B LoRA 10 days, 7B full
     fine-tune 10 days, 70B LoRA 14 days) plus each --workload. HTML is one self-contained file
-    (inline charts, nothing fetched). -o must end in .md, .markdown, .html, .htm or .json unless
-    --format says which. Amounts are converted at the ECB reference rate of each price's day
-    (--fx wins). Reads the price store (or the bundled snapshot) and never changes it.
+    (inline charts, nothing fetched; a bar chart whose bars span more than 10x is drawn on a log
+    scale, and its caption says so; phones get charts drawn for their width). -o must end in .md,
+    .markdown, .html, .htm or .json unless --format says which. Amounts are converted at the ECB
+    reference rate of each price's day (--fx wins). Reads the price store (or the bundled
+    snapshot) and never changes it.
+
+    --gpu and --min-gpu-memory narrow every section to those GPUs; providers with no such offer
+    drop out and the header says so. No offer left: exit status 2.
     """
     from rentopt.optimizer.currency import FxTable, check_quote_currency, parse_fx_option
-    from rentopt.optimizer.report import ReportRequest, build_report, format_for, parse_since, parse_workload, render, write_report
+    from rentopt.optimizer.report import (
+        ReportRequest,
+        build_report,
+        format_for,
+        parse_since,
+        parse_workload,
+        read_gpus,
+        render,
+        write_report,
+    )
 
+    gpus, gpu_notes = read_gpus(gpu_names)
     request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=_currency(currency),
                             workloads=tuple(parse_workload(w) for w in workloads),
-                            providers=tuple(_comma_list(providers) or ()) or None)
+                            providers=tuple(_comma_list(providers) or ()) or None,
+                            gpus=gpus, min_gpu_memory_gb=min_gpu_memory, gpu_notes=gpu_notes)
     fmt = format_for(output, fmt)  # a bad -o suffix fails before any work
     check_quote_currency(request.currency)
     fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))

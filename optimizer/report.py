@@ -422,12 +422,13 @@ def _apply_filters(offers: OfferSet, request: ReportRequest) -> tuple[str, set[s
     if not kept:
         flags = (f" --gpu {','.join(request.gpus)}" if request.gpus else "") + \
             (f" --min-gpu-memory {request.min_gpu_memory_gb:g}" if request.min_gpu_memory_gb is not None else "")
-        raise InputError(f"no offer in the {offers.label} matches{flags}; `rentopt offers{flags}` lists "
-                         "what matches, `rentopt gpus` every GPU id")
+        where = f"{len(offers.provenance)} provider{'' if len(offers.provenance) == 1 else 's'}"
+        raise InputError(f"no offer of the {where} matches{flags}; `rentopt offers{flags}` lists what "
+                         "matches, `rentopt gpus` every GPU id")
     left = sorted(set(offers.provenance) - set(kept))
     matched = sum(1 for o in offers.offers if o.gpu)
-    text = (f"{request.filter_words()[0].upper()}{request.filter_words()[1:]}: {matched} offer"
-            f"{'' if matched == 1 else 's'} from {len(kept)} provider{'' if len(kept) == 1 else 's'}")
+    text = (f"{request.filter_words()}: {matched} offer{'' if matched == 1 else 's'} from {len(kept)} "
+            f"provider{'' if len(kept) == 1 else 's'}")
     return text + (f"; left out, with no such offer: {', '.join(left)}." if left else "."), set(kept)
 
 
@@ -1257,7 +1258,8 @@ def report_data(report: Report) -> dict:
         "generated_at": _iso(report.generated_at), "rentopt_version": __version__, "origin": report.origin,
         "prices_from": report.label, "currency": report.currency,
         "fx": [r.model_dump(mode="json") for r in report.fx], "notes": list(report.notes),
-        "filters": {"gpus": list(report.gpus), "min_gpu_memory_gb": report.min_gpu_memory_gb},
+        "filters": {"gpus": list(report.gpus), "min_gpu_memory_gb": report.min_gpu_memory_gb,
+                    "text": report.filter_text or None},
         "freshness": [{"provider": f.provider, "origin": f.origin, "offers": f.offers,
                        "oldest_price_at": _iso(f.fetched_at), "last_success_at": _iso(f.last_success_at),
                        "stale": f.stale, "last_error": f.last_error, "last_error_at": _iso(f.last_error_at),

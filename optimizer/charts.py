@@ -301,7 +301,10 @@ def line_chart(chart_id: str, title: str, y_label: str, series: Sequence[tuple[s
            '<g class="grid" stroke="#e3e3e3">']
     for v in yticks:
         svg.append(f'<line x1="{left}" y1="{py(v):.1f}" x2="{left + plot_w}" y2="{py(v):.1f}"/>')
-    xticks, fmt = time_ticks(t0, t1)
+    for count in (5, 4, 3, 2):  # fewer ticks when their labels (11 px, ~6 px a character) would touch
+        xticks, fmt = time_ticks(t0, t1, count)
+        if max(len(f"{t:{fmt}}") for t in xticks) * 6.2 + 12 <= plot_w / max(1, len(xticks)):
+            break
     for t in xticks:
         svg.append(f'<line x1="{px(t):.1f}" y1="{top}" x2="{px(t):.1f}" y2="{top + plot_h}"/>')
     svg.append("</g>")

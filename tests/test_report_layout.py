@@ -7,7 +7,7 @@
   bars stay long and apart. The positions are worked out by hand below.
 - Layout: the HTML rendered by headless Chromium at 400 and 1280 px wide: screenshots of those
   sizes, no sideways scrolling of the page, the chart drawn for the width, chart text at 10 px or
-  more and inside its chart, tables in their own scroll box. Skipped where Chromium is not
+  more and inside its chart, axis labels not overlapping, tables in their own scroll box. Skipped where Chromium is not
   installed (Debian/Ubuntu: apt-get install -y chromium).
 """
 
@@ -256,7 +256,17 @@ function measure(frame) {
       var r = t.getBoundingClientRect();
       if (r.left < box.left - 1 || r.right > box.right + 1) outside.push(t.textContent);
     });
-    out.charts.push({id: svg.id, left: box.left, right: box.right, smallest_text_px: smallest, outside: outside});
+    var ticks = Array.prototype.map.call(svg.querySelectorAll("text.tick"), function (t) {
+      return t.getBoundingClientRect();
+    }), touching = [];
+    ticks.forEach(function (a, i) {
+      ticks.slice(i + 1).forEach(function (b) {
+        // labels on one row (an x axis) that run into each other
+        if (Math.abs(a.top - b.top) < 2 && a.left < b.right && b.left < a.right) touching.push([a.left, b.left]);
+      });
+    });
+    out.charts.push({id: svg.id, left: box.left, right: box.right, smallest_text_px: smallest, outside: outside,
+                     touching_ticks: touching});
   });
   doc.querySelectorAll("table").forEach(function (table) {
     var holder = table.parentElement, box = holder.getBoundingClientRect();
@@ -334,6 +344,7 @@ def test_the_html_report_reads_at_400_and_1280_px_in_headless_chromium(report_pa
             assert 0 <= chart["left"] and chart["right"] <= width + 0.5, (width, chart["id"])
             assert chart["smallest_text_px"] >= 10, (width, chart["id"], chart["smallest_text_px"])
             assert not chart["outside"], (width, chart["id"], chart["outside"])
+            assert not chart["touching_ticks"], (width, chart["id"], chart["touching_ticks"])
         # every table sits in its own scroll box, inside the page
         assert m["tables"] and all(t["holder"] == "table-scroll" and t["overflow"] == "auto" and t["right"] <= width
                                    for t in m["tables"]), m["tables"]

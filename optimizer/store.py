@@ -47,12 +47,11 @@ from pydantic import TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import FileSystemError, StoreError
 from rentopt.optimizer.gc_pause import gc_paused
-from rentopt.optimizer.models import Offer, PlanRow, plan_row
+from rentopt.optimizer.models import Offer, PlanRow, hour_price, plan_row
 from rentopt.optimizer.paths import check_home, ensure_home, fs_error, rentopt_home
 from rentopt.optimizer.plan_columns import decode_column, encode_table, merge_encoded, parse_timestamp, timestamp
 from rentopt.optimizer.redact import redact, redacted_logger
 from rentopt.optimizer.row_check import known_gpu
-from rentopt.optimizer.offers_io import hour_price
 
 STORE_FILENAME = "prices.sqlite"
 # PRAGMA application_id marks the file as a rentopt store: the ASCII bytes "RNTO", chosen by us

@@ -54,7 +54,7 @@ from rentopt.optimizer.models import UNIT_HOURS, Offer, PriceUnit
 __all__ = [
     "Block", "RentalPricing", "IntegerPricing", "Cover", "Terms", "Use", "Line", "StageBill", "Choice", "PlanBill",
     "Bounds", "IdleOption", "QUANTUM", "SCALE", "SECONDS_PER_HOUR", "quantize_money", "round_money",
-    "rental_pricing", "offer_terms", "seconds_to_cover", "billed_metered_seconds", "cover_in_units",
+    "rental_pricing", "in_quote_currency", "offer_terms", "seconds_to_cover", "billed_metered_seconds", "cover_in_units",
     "cheapest_cover", "cover_alternatives", "explain_cover", "cover_notes", "lease_cover_notes", "transfer_hours", "storage_line", "transfer_line",
     "price_alone", "price_lease", "lease_refusal", "idle_choice", "price_plan", "use_bounds", "lease_bounds",
     "PriceColumns", "alone_bounds_arrays", "lease_bounds_arrays",
@@ -440,7 +440,7 @@ def rental_pricing(offer: Offer, nodes: int, fx: FxTable, currency: str, interru
     hourly: Decimal | None = None
     blocks: list[Block] = []
     for opt in options:
-        price = quantize_money(fx.convert(opt.amount, offer.currency, currency, on=offer.fetched_at) * nodes)
+        price = quantize_money(in_quote_currency(offer, opt.amount, fx, currency) * nodes)
         if price <= 0:  # a price below 1e-6 of the currency cannot be represented; treat as unknown
             continue
         if opt.unit == PriceUnit.HOUR:
@@ -501,8 +501,15 @@ class Terms:
         return found
 
 
+def in_quote_currency(offer: Offer, amount: Decimal, fx: FxTable, currency: str) -> Decimal:
+    """`amount` of `offer`'s currency in `currency`, at the exchange rate of the price's own day
+    (the offer's fetched_at): a price read in March is converted at March's rate, not today's.
+    Every price of an offer (compute, disk, transfers) is converted here."""
+    return fx.convert(amount, offer.currency, currency, on=offer.fetched_at)
+
+
 def _optional(offer: Offer, fx: FxTable, currency: str, amount: Decimal | None) -> Decimal | None:
-    return None if amount is None else quantize_money(fx.convert(amount, offer.currency, currency, on=offer.fetched_at))
+    return None if amount is None else quantize_money(in_quote_currency(offer, amount, fx, currency))
 
 
 def offer_terms(offer: Offer, fx: FxTable, currency: str) -> Terms:

@@ -729,8 +729,8 @@ class _Planner:
         shapes = self._shapes(usable)
         factor = self._fx_factors()
         prices = {k: PriceColumns(t, k, factor, ccy) for k in kinds}
-        import_h = _transfer_hours(float(prep.import_gb), t.net_down_mbps)
-        export_h = _transfer_hours(float(prep.export_gb), t.net_up_mbps)
+        import_h = _transfer_hours(float(prep.import_gb), t, "import")
+        export_h = _transfer_hours(float(prep.export_gb), t, "export")
         tr = self._train_arrays(shapes, kinds, usable, import_h, export_h)
         va = self._validate_arrays(shapes, kinds, usable, tr, import_h) if req.validate_hours is not None else None
         if va is None:
@@ -1095,7 +1095,7 @@ class _Planner:
             "precision": sig.precision, "flash_attention": sig.attention.startswith("flash")}), sig.pins(req.pins))
             for sig in self.signatures}
         self.keys: dict[tuple, int] = {}
-        out_h_all = _transfer_hours(float(prep.destroy_gb), t.net_up_mbps)
+        out_h_all = _transfer_hours(float(prep.destroy_gb), t, "export")
         hours_all = float(req.validate_hours) + import_h  # type: ignore[arg-type]
         destroy_all = hours_all + out_h_all
         in_time = ~(destroy_all > t.max_hours)  # once over the table, not gathered per shape
@@ -1213,8 +1213,8 @@ class _Planner:
             o = full[r]
             fit, gpu, speed, _ = self.fit_list[int(tr["fit"][i])]
             spot = bool(kind)
-            import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
-            export_h = transfer_hours(prep.export_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+            import_h = _move_hours(prep.import_gb, o, "import")
+            export_h = _move_hours(prep.export_gb, o, "export")
             factor = _spot_factor(o.provider, req.checkpoint_every_hours)[0] if spot else Decimal(1)
             if work.tokens is not None:
                 run, low, high = (Decimal(str(work.tokens / rate / 3600)) * factor
@@ -1244,8 +1244,8 @@ class _Planner:
                 r, kind, sig = int(va["row"][i]), int(va["kind"][i]), int(va["sig"][i])
                 o = full[r]
                 fit = self.v_fits[int(va["fit"][i])]
-                import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
-                out_h = transfer_hours(prep.destroy_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+                import_h = _move_hours(prep.import_gb, o, "import")
+                out_h = _move_hours(prep.destroy_gb, o, "export")
                 use = Use(id=f"v:{o.provider}:{o.offer_id}:{kind}:{sig}", kind="validate", terms=terms_of(r),
                           spot=bool(kind), nodes=1, hours=_hours(req.validate_hours + import_h),  # type: ignore[operator]
                           disk_gb=prep.validate_disk_gb, import_gb=prep.import_gb, out_gb=prep.destroy_gb,
@@ -1432,8 +1432,25 @@ def _nan_none(x: float) -> float | None:
     return None if x != x else float(x)
 
 
-def _transfer_hours(gb: float, mbps: np.ndarray) -> np.ndarray:
-    """billing.transfer_hours as floats per row (an unstated speed is DEFAULT_MBPS)."""
+Transfer = Literal["import", "export"]
+
+
+def _link_mbps(holder: Offer | OfferTable, transfer: Transfer) -> Any:
+    """The bandwidth a transfer runs at, the one home of which way each goes: an import (base
+    weights and data into a fresh instance) downloads; an export (final weights and kept
+    checkpoints, or a destroyed validation's data and checkpoint) uploads. `holder` is an Offer
+    (Mbit/s, None unstated) or an OfferTable (a column per row, NaN unstated)."""
+    return holder.net_down_mbps if transfer == "import" else holder.net_up_mbps
+
+
+def _move_hours(gb: Decimal, offer: Offer, transfer: Transfer) -> Decimal:
+    """Hours to move `gb` in or out of `offer`'s instance (an unstated speed is DEFAULT_MBPS)."""
+    return transfer_hours(gb, _link_mbps(offer, transfer) or DEFAULT_MBPS) or Decimal(0)
+
+
+def _transfer_hours(gb: float, table: OfferTable, transfer: Transfer) -> np.ndarray:
+    """`_move_hours` as floats per row of `table`, for the first pass."""
+    mbps = _link_mbps(table, transfer)
     rate = np.where(np.isnan(mbps) | (mbps <= 0), DEFAULT_MBPS, mbps)
     return gb * 8000 / rate / 3600
 
@@ -1681,7 +1698,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
         notes += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.notes]
         key += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.key_notes]
     tb, eb = bill.stage("train"), bill.stage("export")
-    export_h = transfer_hours(planned.prep.export_gb, t.offer.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+    export_h = _move_hours(planned.prep.export_gb, t.offer, "export")
     stages.append(_stage("train", t, tb, t.use.hours, t.layout.strategy))
     stages.append(_stage("export", t, eb, export_h, "copy out, verify, destroy", gpus=0))
     if bill.choice.idle not in ("stop", "continue"):

@@ -324,7 +324,7 @@ class Result:
     detail: str = ""
 
 
-def run_one(mutation: Mutation, tree: Path, timeout: float) -> Result:
+def run_one(mutation: Mutation, tree: Path, timeout: float, tests: tuple[str, ...] | None = None) -> Result:
     path = tree / mutation.path
     original = path.read_text(encoding="utf-8")
     try:
@@ -333,8 +333,8 @@ def run_one(mutation: Mutation, tree: Path, timeout: float) -> Result:
         return Result(mutation, "missing", 0.0, str(exc))
     start = time.monotonic()
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-rN",
-               *TESTS[mutation.module]]
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header",
+               *(tests or TESTS[mutation.module])]
     try:
         done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -373,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only check that every snippet is found exactly once")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mutation (default 900)")
     ap.add_argument("--json", type=Path, help="also write the results to this file")
+    ap.add_argument("--tests", nargs="+", help="run these tests instead of each module's (to see which test guards a rule)")
     args = ap.parse_args(argv)
     chosen = [m for m in MUTATIONS if (not args.module or m.module in args.module)
               and (not args.name or args.name.lower() in m.name.lower())]
@@ -396,15 +397,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="rentopt-mutate-") as scratch:
         tree = Path(scratch)
         copy_tree(tree)
-        broken = baseline(tree, sorted({m.module for m in chosen}), args.timeout)
+        broken = None if args.tests else baseline(tree, sorted({m.module for m in chosen}), args.timeout)
         if broken is not None:
             print("mutate: the tests fail before any mutation; fix them first:\n" + broken, file=sys.stderr)
             return 2
         for i, m in enumerate(chosen, 1):
-            r = run_one(m, tree, args.timeout)
+            r = run_one(m, tree, args.timeout, tuple(args.tests) if args.tests else None)
             results.append(r)
             print(f"[{i:3}/{len(chosen)}] {r.outcome:10} {r.seconds:6.1f}s  {m.module:12} {m.name}"
-                  + (f"\n{'':22}{r.detail}" if r.outcome != "killed" and r.detail else ""), flush=True)
+                  + (f"\n{'':22}{'by ' if r.outcome == 'killed' else ''}{r.detail}" if r.detail else ""), flush=True)
     counts = {k: sum(r.outcome == k for r in results) for k in ("killed", "survived", "equivalent", "missing",
                                                                    "timeout", "error")}
     ran = len(results) - counts["missing"]

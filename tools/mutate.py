@@ -194,7 +194,7 @@ MUTATIONS: tuple[Mutation, ...] = (
 
     # --- timing.py (public behaviour only; snippets kept short for the lead's rewrite) -------------
     M("timing", "the pipeline bubble ignored",
-      "bubble = 1.0 + (pp - 1) / accum if pp > 1 else 1.0", "bubble = 1.0"),
+      "bubble = pipeline_bubble(pp, layout.virtual_stages, accum)", "bubble = 1.0"),
     M("timing", "NVLink's bidirectional figure used as one-way bandwidth",
       "nominal = (layout.link_gbps or gpu.nvlink_gbps or 600.0) / 2",
       "nominal = (layout.link_gbps or gpu.nvlink_gbps or 600.0)"),

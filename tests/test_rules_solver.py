@@ -79,3 +79,28 @@ def test_a_validation_is_not_pruned_by_one_faster_cheaper_validation_that_sits_o
     inst = PlanInstance((v1, v2), (t,), idle_hours=D(100))
     [plan] = solve(inst).plans
     assert (plan.choice.validate, plan.choice.idle, plan.total, plan.unknown) == ("v2", "destroy", D("29.20"), ())
+
+
+def test_a_partner_validation_is_counted_only_if_the_plan_meets_the_deadline_with_the_gap():
+    # Deadline 25 h, a 10 h gap between validation and training. Training "ta" (a: 10 h x 1.00 =
+    # 10.00, 10 h at its slow end) and "tb" (b: 10 h x 0.50 = 5.00, 14 h at its slow end).
+    # Validation "vf": 1 h x 10.00 = 10.00. Validation "vs": 1 h + 11 h of copying out at 0.05 =
+    # 0.60, but destroyed it takes 12 h: 12 + 10 + 10 = 32 h > 25 for "ta" (and 36 h for "tb").
+    # Plans: ta + vf = 20.00 (1 + 10 + 10 = 21 h), tb + vf = 15.00 (1 + 10 + 14 = 25 h): tb wins. A
+    # bound that forgot the gap would pair ta with vs (12 + 10 = 22 <= 25) at 10.60 and prune tb.
+    a, b = terms("a", "1.00", "pa"), terms("b", "0.50", "pb")
+    vf = validate("vf", terms("f", "10.00", "pf"), hours="1")
+    vs = validate("vs", terms("s", "0.05", "ps"), hours="1", out_hours="11")
+    inst = PlanInstance((vf, vs), (train("ta", a, "10", wall="10"), train("tb", b, "10", wall="14")),
+                        idle_hours=D(10), deadline_hours=D(25))
+    [plan] = solve(inst, top_k=1).plans
+    assert (plan.choice.train, plan.choice.validate, plan.total) == ("tb", "vf", D("15.00"))
+
+
+def test_the_budget_holds_when_every_combination_is_enumerated():
+    # 10 h x 2.00 = 20.00 and 10 h x 3.00 = 30.00 with a budget of 25: only the first, pruned or not
+    a, b = terms("a", "2.00", "pa"), terms("b", "3.00", "pb")
+    inst = PlanInstance((), (train("ta", a, "10"), train("tb", b, "10")), budget=D(25))
+    for prune_first in (True, False):
+        plans = solve(inst, top_k=2, method="enumeration", prune_first=prune_first).plans
+        assert [(p.choice.train, p.total) for p in plans] == [("ta", D("20.00"))]

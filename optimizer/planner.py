@@ -25,7 +25,7 @@ then destroy).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal, NamedTuple
@@ -1117,8 +1117,9 @@ class _Planner:
                     continue
                 fit_id = len(self.v_fits)
                 self.v_fits.append(fit)
-                model_key = self.keys.setdefault((gpu.id, sig), len(self.keys))
-                arch_key = self.keys.setdefault(("arch:" + gpu.architecture, sig), len(self.keys))
+                model, arch = _validation_keys(gpu, sig)
+                model_key = self.keys.setdefault(model, len(self.keys))
+                arch_key = self.keys.setdefault(arch, len(self.keys))
                 for kind in kinds:
                     rows_of.append(rows[has[kind][rows]])
                     pieces.append((kind, numbered[sig], fit_id, model_key, arch_key))
@@ -1133,12 +1134,9 @@ class _Planner:
             "hours": lambda c: hours_all[c["row"]], "wall": lambda c: c["hours"], "out": lambda c: out_h_all[c["row"]],
             "destroy_wall": lambda c: destroy_all[c["row"]]})
         va.pieces = (piece_table, np.cumsum([0, *counts]))
-        # each training candidate needs the same GPU model's validation when some offer has it,
-        # else one of its architecture (one key per training layout)
-        need_of_fit = np.array([
-            self.keys.get((gpu.id, Signature.of(fit.layout)),
-                          self.keys.get(("arch:" + gpu.architecture, Signature.of(fit.layout)), -1))
-            for fit, gpu, _, _ in self.fit_list], dtype=np.int64)
+        # each training candidate needs one key (per training layout): `_needed_key` of those present
+        need_of_fit = np.array([self.keys.get(_needed_key(gpu, Signature.of(fit.layout), self.keys), -1)
+                                for fit, gpu, _, _ in self.fit_list], dtype=np.int64)
         tr["need"] = need_of_fit[tr["fit"]] if len(tr["fit"]) else np.zeros(0, dtype=np.int64)
         return va
 
@@ -1260,11 +1258,10 @@ class _Planner:
 
     def _instance(self, train: list[Candidate], validate: list[Candidate]) -> PlanInstance:
         req, work = self.req, self.work
-        models = {(c.gpu.id, c.signature) for c in validate}
+        present = {key for c in validate for key in _validation_keys(c.gpu, c.signature)}
         solver_train = []
         for c in train:
-            sig = (c.gpu.id, c.signature) if (c.gpu.id, c.signature) in models or not validate else \
-                ("arch:" + c.gpu.architecture, c.signature)
+            sig = _needed_key(c.gpu, c.signature, present) if validate else _validation_keys(c.gpu, c.signature)[0]
             solver_train.append(SolverCandidate(c.use, group=(c.offer.provider, c.gpu.id), wall_hours=c.hours_high,
                                                 signature=sig, tokens=Decimal(str(c.tokens)) if c.tokens else None))
         return PlanInstance(
@@ -1456,7 +1453,21 @@ def _transfer_hours(gb: float, table: OfferTable, transfer: Transfer) -> np.ndar
 
 
 def _v_keys(c: Candidate) -> frozenset:
-    return frozenset({(c.gpu.id, c.signature), ("arch:" + c.gpu.architecture, c.signature)})
+    return frozenset(_validation_keys(c.gpu, c.signature))
+
+
+def _validation_keys(gpu: GpuSpec, signature: Signature) -> tuple[tuple, tuple]:
+    """The keys a validation of `signature` on `gpu` satisfies: its GPU model's, its architecture's."""
+    return (gpu.id, signature), ("arch:" + gpu.architecture, signature)
+
+
+def _needed_key(gpu: GpuSpec, signature: Signature, present: Container[tuple]) -> tuple:
+    """The key a training run of `signature` on `gpu` needs its validation to satisfy, given the
+    keys the validations `present` satisfy (seeds: validate on the training GPU model when some
+    offer of it holds the validation run, else on one of its architecture). The one home of that
+    rule, for the first pass and the exact one."""
+    model, arch = _validation_keys(gpu, signature)
+    return model if model in present else arch
 
 
 def with_sized_validation(req: QuoteRequest) -> QuoteRequest:

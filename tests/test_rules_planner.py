@@ -8,6 +8,7 @@ the same answer). tools/mutate.py breaks each rule and checks that a test here n
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from decimal import ROUND_CEILING, Decimal
 
@@ -17,6 +18,7 @@ import rentopt.optimizer.planner as planner
 from rentopt.optimizer.billing import transfer_hours
 from rentopt.optimizer.catalog import OfferSet
 from rentopt.optimizer.currency import FxTable
+from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.models import Offer, PriceOption, TrainingSetup
 from rentopt.optimizer.planner import QuoteRequest, build_quote, plan_instance
 from rentopt.optimizer.solver import solve
@@ -155,3 +157,110 @@ def test_the_first_pass_bounds_a_spot_plan_with_its_lost_work():
     req = request(rent_days=D(10), spot=True)
     assert best(req, [spot, steady])[0] == "steady"
     assert best(req, [spot, steady], first_pass=False)[0] == "steady"
+
+
+def test_the_first_pass_checks_the_deadline_at_the_slow_end_of_the_speed_range():
+    # Three 1-GPU offers. "a" (H100, 1.00/h) downloads at 5 Mbit/s, so its own validation takes
+    # ~5.9 h; "c" (H200, same architecture, 10.00/h) validates in ~1 h; "b" (B200, another
+    # architecture) trains and validates on its own. The deadline is a's training at the slow end of
+    # its range after c's validation. Continuing on a after its own validation would be a's cheapest
+    # plan, but it meets the deadline only at the typical speed, not at the slow end: a's real best
+    # is c's validation then a fresh a (dearer). "b" is priced between the two, so it is the best
+    # plan; a first pass that checked the deadline at the typical speed would bound a by the lease
+    # it cannot have, and prune b.
+    a = offer("a", "1.00", provider="pa", down=5)
+    c = offer("c", "10.00", provider="pc", gpu="H200-SXM-141GB", gpu_raw="H200", gpu_memory_gb=141)
+    b = offer("b", "1.00", provider="pb", gpu="B200-SXM-180GB", gpu_raw="B200", gpu_memory_gb=180)
+    req = request(tokens=2e9, validate_hours=D(1))
+    hours = {k: c_ for k, c_ in plan_instance(req, [a, b, c], FX, first_pass=False).candidates.items()}
+    ta, va, vc = hours["t:pa:a:1:0"], hours["v:pa:a:0:0"], hours["v:pc:c:0:0"]
+    deadline = ta.hours_high + vc.use.hours + vc.use.out_hours + D("0.01")
+    assert va.use.hours + ta.hours_high > deadline >= va.use.hours + ta.use.hours  # the lease: slow end misses
+    lease = va.use.hours + ta.use.hours  # 1.00/h over both stages
+    real = 10 * (vc.use.hours + vc.use.out_hours) + ta.use.hours  # c's validation, then a
+    b_hours = hours["v:pb:b:0:0"].use.hours + hours["t:pb:b:1:0"].use.hours
+    b_price = ((lease + real) / 2 / b_hours).quantize(D("0.01"))
+    b = b.model_copy(update={"price_options": [PriceOption(unit="hour", amount=b_price)]})
+    req = request(tokens=2e9, validate_hours=D(1), deadline_days=deadline / 24)
+    assert best(req, [a, b, c])[0] == "b"
+    assert best(req, [a, b, c]) == best(req, [a, b, c], first_pass=False)
+
+
+# --------------------------------------------------------------------------------------------
+# What a run keeps on disk and copies out
+
+
+def test_the_disk_holds_the_kept_checkpoints_and_a_full_fine_tune_exports_its_weights():
+    # Llama-2-7B: 6,738,415,616 parameters, 2 B each on disk = 13.48 GB (to 10 MB). LoRA rank 16 on
+    # every linear: 32 x 16 x (4 x 8192 + 3 x 15104) = 39,976,960 adapter weights; a resumable
+    # checkpoint keeps them in fp32 with Adam's two fp32 moments, 12 B each, + 1 MB of trainer
+    # state = 0.48 GB; the final adapters are 0.04 B x 4 B = 0.16 GB.
+    model = resolve_model("llama-2-7b")
+    lora = planner._prepare(request(model=model, tokens=1e9, keep_checkpoints=2, data_gb=D(10)))
+    assert lora.disk_gb == D("13.48") + 10 + 2 * D("0.48")  # weights + data + the 2 kept checkpoints
+    assert lora.import_gb == D("13.48") + 10
+    assert lora.export_gb == D("0.16") + 2 * D("0.48")  # adapters + kept checkpoints
+    assert lora.destroy_gb == 10 + D("0.48")  # a destroyed validation copies out its data and checkpoint
+    # full fine-tuning: the checkpoint is 16-bit weights + fp32 master + 2 fp32 moments = 14 B/param
+    # (94.34 GB); the export is the whole model's weights, 13.48 GB, not adapters
+    full = planner._prepare(request(model=model, setup=TrainingSetup(mode="full"), tokens=1e9, keep_checkpoints=1,
+                                    data_gb=D(10)))
+    assert full.export_gb == D("13.48") + D("94.34")
+    assert full.disk_gb == D("13.48") + 10 + D("94.34")
+
+
+# --------------------------------------------------------------------------------------------
+# --days: the work and the deadline on the reference layout
+
+
+def test_days_of_work_are_tokens_at_the_typical_speed_and_the_deadline_is_the_references_slow_finish():
+    # --days 1 on the reference (the fewest A100-SXM-80GB that hold the job: one, for a 0.5B LoRA):
+    # the work is a day at its typical speed; the deadline is the reference's own pessimistic finish
+    # (the day at the slow end of its range, the 30 h validation, the 12 h gap and an hour for
+    # moving data), rounded up to whole days.
+    req = request(days=D(1), validate_hours=D(30), idle_days=D("0.5"))
+    ref, fit = planner.default_reference(req.model, req.setup, req.pins)
+    assert (ref.gpu, ref.gpus, ref.nodes) == ("A100-SXM4-80GB", 1, 1)
+    speed = planner.speed_of(req.model, req.setup, fit.layout, get_gpu(ref.gpu))  # the speed model's range
+    work = planner.work_plan(req, planner._prepare(req))
+    assert work.tokens == pytest.approx(speed.typical * 24 * 3600)
+    slow_hours = 24 * speed.typical / speed.low + 30 + 12 + 1
+    assert work.deadline_hours == math.ceil(slow_hours / 24) * 24
+
+
+# --------------------------------------------------------------------------------------------
+# The validation runs on the training GPU model when some offer of it holds the job
+
+
+def test_a_validation_runs_on_the_training_gpu_model_when_an_offer_of_it_holds_the_job():
+    # Training on an 8 x H100 node (20.00/h). A 1 x H100 offer (3.00/h) can hold the validation
+    # but not the training run (its host rents for 6 h at most); two 1 x H200 offers (Hopper too)
+    # are cheaper (1.00/h). The seeds validate on the training GPU model when any offer of it holds
+    # the job, so the node's plan validates on the 1 x H100 (4 h x 3.00 = 12.00, then destroyed),
+    # not on an H200, and not on the node itself (4 h x 20.00).
+    node = offer("node", "20.00", provider="p1", gpus=8)
+    one = offer("h100-one", "3.00", provider="p2", max_duration_hours=6)
+    h200 = [offer(f"h200-{i}", "1.00", provider=f"p{3 + i}", gpu="H200-SXM-141GB", gpu_raw="H200",
+                  gpu_memory_gb=141) for i in range(2)]
+    req = request(tokens=5e8, validate_hours=D(4), top=5)
+    planned = plan_instance(req, [node, one, *h200], FX)
+    plans = solve(planned.instance, top_k=5).plans
+    on_node = next(p for p in plans if planned.candidates[p.choice.train].offer.offer_id == "node")
+    assert planned.candidates[on_node.choice.validate].offer.offer_id == "h100-one"
+    assert on_node.choice.idle == "destroy"
+
+
+def test_a_validation_runs_on_a_gpu_of_the_training_architecture_when_no_offer_of_its_model_holds_it():
+    # A 20 h validation. The 1 x H100 offer rents for 15 h at most: enough for ~8 h of training,
+    # not for the validation. No other H100 offer exists, so the run is validated on the H200
+    # (Hopper, the same architecture) and destroyed; a rule that insisted on the H100 itself would
+    # leave the H100 with no plan at all.
+    h100 = offer("h100", "1.00", provider="p1", max_duration_hours=15)
+    h200 = offer("h200", "3.00", provider="p2", gpu="H200-SXM-141GB", gpu_raw="H200", gpu_memory_gb=141)
+    req = request(tokens=5e8, validate_hours=D(20), top=5)
+    planned = plan_instance(req, [h100, h200], FX)
+    plans = solve(planned.instance, top_k=5).plans
+    on_h100 = [p for p in plans if planned.candidates[p.choice.train].offer.offer_id == "h100"]
+    assert len(on_h100) == 1
+    assert planned.candidates[on_h100[0].choice.validate].offer.offer_id == "h200"
+    assert on_h100[0].choice.idle == "destroy"

@@ -162,10 +162,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("planner", "--days work measured at the pessimistic speed",
       "tokens = speed.typical * float(hours) * 3600", "tokens = speed.low * float(hours) * 3600"),
     M("planner", "a pair's destroy path allowed past the deadline in the first pass",
-      "np.inf if deadline is None else float(deadline) + _DEADLINE_EPS)", "np.inf)"),
-    M("planner", "a validation key that needs the same GPU model served by another of its architecture",
-      "self.keys.get((gpu.id, Signature.of(fit.layout)),\n                          self.keys.get(",
-      "self.keys.get((\"no such\", Signature.of(fit.layout)),\n                          self.keys.get("),
+      "np.inf if deadline is None else float(deadline) + _DEADLINE_EPS)", "np.inf)",
+      equivalent="the pair's rough bounds then also cover the destroy option: its lower bound can only fall and "
+                 "its upper bound only rise, so the first pass keeps a superset of what it kept, and the exact pass "
+                 "(which checks the deadline itself) chooses the same plans; only speed can differ"),
+    M("planner", "a training run validated on another GPU of its architecture when its own model holds the job",
+      "return model if model in present else arch", "return arch"),
+    M("planner", "a training run validated only on its own GPU model when no offer of it holds the job",
+      "return model if model in present else arch", "return model"),
 
     # --- solver.py -------------------------------------------------------------------------------
     M("solver", "enumeration keeping the first plan of each group instead of its best",

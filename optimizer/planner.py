@@ -40,6 +40,7 @@ from rentopt.optimizer.billing import (
     alone_bounds_arrays,
     cover_notes,
     explain_cover,
+    in_quote_currency,
     lease_bounds_arrays,
     lease_cover_notes,
     lease_refusal,
@@ -1005,7 +1006,8 @@ class _Planner:
         pair = cur.astype(np.int64) * len(days) + day
         rates = np.zeros(int(pair.max()) + 1)
         for p in np.flatnonzero(np.bincount(pair)):  # the (currency, day) pairs present
-            rates[p] = float(self.fx.convert(Decimal(1), currencies[int(p) // len(days)], ccy, on=days[int(p) % len(days)]))
+            rates[p] = float(in_quote_currency(Decimal(1), currencies[int(p) // len(days)], days[int(p) % len(days)], self.fx,
+                                               ccy))
         return rates[pair]
 
     def _train_arrays(self, shapes, kinds, usable, import_h, export_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]

@@ -41,4 +41,4 @@ def test_every_price_of_an_offer_is_converted_at_the_rate_of_its_own_day():
     december = offer_terms(eur_offer(datetime(2026, 12, 1, 9, tzinfo=timezone.utc)), fx, "USD")
     assert december.on_demand.metered_hourly == D("3.20") and december.egress_gb == D("0.08")  # x 1.60
     # crossed through the dollar: 2.00 EUR in CNY on 2 March = 2.00 / 0.8 x 6 = 15.00 CNY
-    assert in_quote_currency(march, D("2.00"), fx, "CNY") == D("15.00")
+    assert in_quote_currency(D("2.00"), "EUR", march.fetched_at, fx, "CNY") == D("15.00")

@@ -233,8 +233,8 @@ MUTATIONS: tuple[Mutation, ...] = (
 
     # --- billing.py ------------------------------------------------------------------------------
     M("billing", "compute, disk and transfer converted at the latest exchange rate, not the price's day's",
-      "return fx.convert(amount, offer.currency, currency, on=offer.fetched_at)",
-      "return fx.convert(amount, offer.currency, currency)"),
+      "return fx.convert(amount, price_currency, currency, on=priced_on)",
+      "return fx.convert(amount, price_currency, currency)"),
     M("billing", "a prepaid month lasting 720 h whatever the provider's month",
       "hours = offer.month_hours\n", "hours = 720\n"),
     M("billing", "several hourly options: the dearest kept",

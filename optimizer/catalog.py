@@ -38,8 +38,8 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rentopt.optimizer.bundled import SNAPSHOT_RESOURCE, Section
 from rentopt.optimizer.errors import InputError, StoreError
-from rentopt.optimizer.models import UNKNOWN_DATE, DateBasis, Offer, Origin, PriceOrigin, PriceSource, date_rank, date_words
-from rentopt.optimizer.offers_io import age_words, hour_price, read_offers_file
+from rentopt.optimizer.models import UNKNOWN_DATE, DateBasis, Offer, Origin, PriceOrigin, PriceSource, age_words, date_rank, date_words
+from rentopt.optimizer.offers_io import hour_price, read_offers_file
 from rentopt.optimizer.store import HistorySnapshot, OfferQuery, open_readonly, store_path
 
 

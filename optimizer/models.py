@@ -477,6 +477,21 @@ def date_rank(dated_by: str | None, when: datetime | None) -> tuple[int, datetim
     return (DATE_STRENGTH.get(dated_by or "published", 2), when or UNKNOWN_DATE)
 
 
+def age_words(then: datetime, now: datetime) -> str:
+    """How old, in words, for sentences and reports.
+
+    >>> t = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    >>> age_words(t, datetime(2026, 11, 1, 0, 30, tzinfo=timezone.utc)), age_words(t, datetime(2026, 11, 3, 6, tzinfo=timezone.utc))
+    ('under 1 h', '2 days')
+    """
+    hours = (now - then).total_seconds() / 3600
+    if hours < 1:
+        return "under 1 h"
+    if hours < 48:
+        return f"{hours:.0f} h"
+    return f"{hours / 24:.0f} days"
+
+
 def date_words(when: datetime | None, dated_by: str | None, now: datetime | None = None, *, age: bool = True) -> str:
     """ "2026-05-20, 196 days old", "2026-12-03 (dated by file time), under 1 h old", "date unknown".
 
@@ -486,8 +501,6 @@ def date_words(when: datetime | None, dated_by: str | None, now: datetime | None
     >>> date_words(t, "file-time", age=False), date_words(UNKNOWN_DATE, "unknown")
     ('2026-05-20 (dated by file time)', 'date unknown')
     """
-    from rentopt.optimizer.offers_io import age_words
-
     if when is None or dated_by == "unknown":
         return "date unknown"
     text = f"{when:%Y-%m-%d}" + (" (dated by file time)" if dated_by == "file-time" else "")

@@ -483,21 +483,6 @@ def age(then: datetime, now: datetime) -> str:
     return "<1m"
 
 
-def age_words(then: datetime, now: datetime) -> str:
-    """How old, in words, for sentences and reports.
-
-    >>> t = datetime(2026, 11, 1, tzinfo=timezone.utc)
-    >>> age_words(t, datetime(2026, 11, 1, 0, 30, tzinfo=timezone.utc)), age_words(t, datetime(2026, 11, 3, 6, tzinfo=timezone.utc))
-    ('under 1 h', '2 days')
-    """
-    hours = (now - then).total_seconds() / 3600
-    if hours < 1:
-        return "under 1 h"
-    if hours < 48:
-        return f"{hours:.0f} h"
-    return f"{hours / 24:.0f} days"
-
-
 def money(amount: Decimal) -> str:
     """A price for reading: at least 2 decimals, at most 4.
 

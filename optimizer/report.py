@@ -39,8 +39,7 @@ from rentopt.optimizer.currency import FxTable, round_money
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.models import FxRate, GpuSpec, ModelSpec, Offer, Origin, Plan, PlanStage, PriceUnit, TrainingSetup
-from rentopt.optimizer.models import UNIT_ORDER, hour_price
-from rentopt.optimizer.offers_io import age_words
+from rentopt.optimizer.models import UNIT_ORDER, age_words, hour_price
 from rentopt.optimizer.offers_io import money as unit_price
 from rentopt.optimizer.planner import QuoteRequest, build_quote
 from rentopt.optimizer.render import cost_text, money, number

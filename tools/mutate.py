@@ -229,7 +229,7 @@ MUTATIONS: tuple[Mutation, ...] = (
       "return _Precision(weight=2, grad=2, master=4, moment=4, act=2)",
       "return _Precision(weight=2, grad=2, master=0, moment=4, act=2)"),
     M("memory", "the safety margin applied to nothing",
-      "required = states + (device - states) * (1 + setup.margin)", "required = device"),
+      "required = states + max(device - states, margined)", "required = device"),
 
     # --- billing.py ------------------------------------------------------------------------------
     M("billing", "compute, disk and transfer converted at the latest exchange rate, not the price's day's",
@@ -280,8 +280,8 @@ MUTATIONS: tuple[Mutation, ...] = (
       "return max(candidates, key=lambda h: (h.price, h.instance), default=None)"),
     M("skypilot", "Azure's V1,V2 generation lines dropped instead of joined back",
       "elif len(row) > width and joins_last:", "elif False:"),
-    M("skypilot", "a cut-short file read",
-      'if not text.endswith("\\n"):', "if False:"),
+    M("skypilot", "a row cut short (too few fields) read with its missing fields empty",
+      "        elif row:\n            bad += 1", "        elif row:\n            rows.append(row + [\"\"] * (width - len(row)))"),
     M("skypilot", "per-GiB cloud prices taken as per-GB",
       "return (Decimal(per_gib) / _GIB_PER_GB).quantize(Decimal(\"0.000001\"))",
       "return Decimal(per_gib).quantize(Decimal(\"0.000001\"))"),

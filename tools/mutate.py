@@ -1,6 +1,6 @@
 """Break one rule at a time and see whether a test notices: a small mutation check.
 
-    python tools/mutate.py                   # every mutation (about 15-25 min on two cores)
+    python tools/mutate.py                   # every mutation (5-10 min on two shared cores)
     python tools/mutate.py --module billing  # one module's mutations
     python tools/mutate.py --name fabric     # mutations whose name contains "fabric"
     python tools/mutate.py --check           # only check that every snippet is still found

@@ -52,7 +52,7 @@ from rentopt.optimizer.billing import (
 from rentopt.optimizer.catalog import OfferSet
 from rentopt.optimizer.currency import FxTable, check_quote_currency
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
-from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout
+from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout, fused_attention
 from rentopt.optimizer.hardware import get_gpu, read_user_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
 from rentopt.optimizer.offer_table import OfferTable, values_at
@@ -1094,7 +1094,7 @@ class _Planner:
         self.signatures = sorted({s for sigs in by_arch.values() for s in sigs}, key=repr)
         numbered = {sig: n for n, sig in enumerate(self.signatures)}
         setups = {sig: (prep.validate_setup.model_copy(update={
-            "precision": sig.precision, "flash_attention": sig.attention.startswith("flash")}), sig.pins(req.pins))
+            "precision": sig.precision, "flash_attention": fused_attention(sig.attention)}), sig.pins(req.pins))
             for sig in self.signatures}
         self.keys: dict[tuple, int] = {}
         out_h_all = _transfer_hours(float(prep.destroy_gb), t, "export")

@@ -172,13 +172,13 @@ def test_the_first_pass_checks_the_deadline_at_the_slow_end_of_the_speed_range()
     c = offer("c", "10.00", provider="pc", gpu="H200-SXM-141GB", gpu_raw="H200", gpu_memory_gb=141)
     b = offer("b", "1.00", provider="pb", gpu="B200-SXM-180GB", gpu_raw="B200", gpu_memory_gb=180)
     req = request(tokens=2e9, validate_hours=D(1))
-    hours = {k: c_ for k, c_ in plan_instance(req, [a, b, c], FX, first_pass=False).candidates.items()}
-    ta, va, vc = hours["t:pa:a:1:0"], hours["v:pa:a:0:0"], hours["v:pc:c:0:0"]
+    hours = {(x.use.kind, x.offer.offer_id): x for x in plan_instance(req, [a, b, c], FX, first_pass=False).candidates.values()}
+    ta, va, vc = hours["train", "a"], hours["validate", "a"], hours["validate", "c"]
     deadline = ta.hours_high + vc.use.hours + vc.use.out_hours + D("0.01")
     assert va.use.hours + ta.hours_high > deadline >= va.use.hours + ta.use.hours  # the lease: slow end misses
     lease = va.use.hours + ta.use.hours  # 1.00/h over both stages
     real = 10 * (vc.use.hours + vc.use.out_hours) + ta.use.hours  # c's validation, then a
-    b_hours = hours["v:pb:b:0:0"].use.hours + hours["t:pb:b:1:0"].use.hours
+    b_hours = hours["validate", "b"].use.hours + hours["train", "b"].use.hours
     b_price = ((lease + real) / 2 / b_hours).quantize(D("0.01"))
     b = b.model_copy(update={"price_options": [PriceOption(unit="hour", amount=b_price)]})
     req = request(tokens=2e9, validate_hours=D(1), deadline_days=deadline / 24)
@@ -264,3 +264,16 @@ def test_a_validation_runs_on_a_gpu_of_the_training_architecture_when_no_offer_o
     assert len(on_h100) == 1
     assert planned.candidates[on_h100[0].choice.validate].offer.offer_id == "h200"
     assert on_h100[0].choice.idle == "destroy"
+
+
+def test_a_card_without_flash_attention_2_is_validated_with_the_kernel_it_trains_with():
+    # A V100 (Volta) runs SDPA's memory-efficient kernel instead of FlashAttention-2; its
+    # validation must run that kernel too (the same job), not eager attention, or the V100 offer,
+    # the cheaper one here (1.00/h against 2.00/h), would get no plan at all.
+    v100 = offer("v100", "1.00", provider="pv", gpu="V100-SXM2-32GB", gpu_raw="V100", gpu_memory_gb=32)
+    a100 = offer("a100", "2.00", provider="pa", gpu="A100-SXM4-80GB", gpu_raw="A100", gpu_memory_gb=80)
+    planned = plan_instance(request(tokens=2e8, validate_hours=D(1), top=5), [v100, a100], FX)
+    plans = solve(planned.instance, top_k=5).plans
+    used = {planned.candidates[p.choice.train].offer.offer_id: planned.candidates[p.choice.validate] for p in plans}
+    assert set(used) == {"v100", "a100"}
+    assert used["v100"].offer.offer_id == "v100" and used["v100"].layout.attention == "sdpa-mem-efficient"

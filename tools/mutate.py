@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The tests that cover each module: what a mutation of that module runs (pytest node ids or files).
 TESTS: dict[str, tuple[str, ...]] = {
-    "feasibility": ("tests/test_rules_feasibility.py", "tests/test_feasibility.py", "tests/test_capabilities.py",
+    "feasibility": ("tests/test_rules_feasibility.py", "tests/test_rules_planner.py", "tests/test_feasibility.py",
+                    "tests/test_capabilities.py", "tests/test_measured_peak.py",
                     "tests/test_doctests.py::test_docstring_examples[rentopt.optimizer.feasibility]",
                     "tests/test_parallel_layouts.py", "tests/test_quote.py"),
     "planner": ("tests/test_rules_planner.py", "tests/test_quote.py", "tests/test_runnable_plans.py",
@@ -119,6 +120,8 @@ MUTATIONS: tuple[Mutation, ...] = (
       "if gpu.stack not in capabilities.allowed_stacks:", "if False:"),
     M("feasibility", "bitsandbytes assumed where it is unsupported",
       'if gpu.bitsandbytes == "unsupported":', "if False:"),
+    M("feasibility", "a layout's setup rebuilt with eager attention where it runs a fused kernel other than FlashAttention",
+      'return attention != "eager"', 'return attention.startswith("flash")'),
     M("feasibility", "the job compared with the card's memory without the margin",
       "required = mem.required_gb_per_gpu", "required = mem.device_gb_per_gpu"),
 

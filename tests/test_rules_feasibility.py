@@ -77,12 +77,13 @@ def test_an_unstated_interconnect_is_treated_as_pcie_not_nvlink():
 @pytest.mark.parametrize("gpu, expected", [
     ("H100-SXM-80GB", "nvlink"),  # HGX H100: SXM5 modules on NVSwitch (NVIDIA H100 datasheet)
     ("A100-SXM4-80GB", "nvlink"),
-    ("MI300X-192GB", "pcie"),  # an OAM module, but AMD's Infinity Fabric, not NVLink
-    ("MI250X-128GB", "pcie"),
-    ("Gaudi2-96GB", "pcie"),  # OAM with RoCE ports on the chip, no NVLink
+    ("MI300X-192GB", "nvlink"),  # OAM on AMD's xGMI (Infinity Fabric) mesh: the board's all-to-all fabric
+    ("Gaudi2-96GB", "pcie"),  # OAM, but its scale-out is RoCE ports on the chip: no all-to-all GPU fabric
+    ("Ascend-910B2-64GB", "pcie"),  # OAM; HCCS is not a fabric rentopt models as one
     ("A100-PCIe-80GB", "pcie"),
 ])
-def test_only_sxm_and_oam_boards_that_have_nvlink_are_assumed_nvlinked(gpu, expected):
+def test_only_sxm_and_oam_boards_with_a_gpu_fabric_are_assumed_to_have_one(gpu, expected):
+    # the interconnect's name says NVLink for any all-to-all board fabric (models.GpuSpec.has_nvlink)
     assert default_interconnect(get_gpu(gpu)) == expected
 
 

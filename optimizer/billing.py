@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import date
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from functools import cached_property, lru_cache
@@ -54,7 +55,7 @@ from rentopt.optimizer.models import UNIT_HOURS, Offer, PriceUnit
 __all__ = [
     "Block", "RentalPricing", "IntegerPricing", "Cover", "Terms", "Use", "Line", "StageBill", "Choice", "PlanBill",
     "Bounds", "IdleOption", "QUANTUM", "SCALE", "SECONDS_PER_HOUR", "quantize_money", "round_money",
-    "rental_pricing", "offer_terms", "seconds_to_cover", "billed_metered_seconds", "cover_in_units",
+    "rental_pricing", "in_quote_currency", "offer_terms", "seconds_to_cover", "billed_metered_seconds", "cover_in_units",
     "cheapest_cover", "cover_alternatives", "explain_cover", "cover_notes", "lease_cover_notes", "transfer_hours", "storage_line", "transfer_line",
     "price_alone", "price_lease", "lease_refusal", "idle_choice", "price_plan", "use_bounds", "lease_bounds",
     "PriceColumns", "alone_bounds_arrays", "lease_bounds_arrays",
@@ -440,7 +441,7 @@ def rental_pricing(offer: Offer, nodes: int, fx: FxTable, currency: str, interru
     hourly: Decimal | None = None
     blocks: list[Block] = []
     for opt in options:
-        price = quantize_money(fx.convert(opt.amount, offer.currency, currency, on=offer.fetched_at) * nodes)
+        price = quantize_money(in_quote_currency(opt.amount, offer.currency, offer.fetched_at, fx, currency) * nodes)
         if price <= 0:  # a price below 1e-6 of the currency cannot be represented; treat as unknown
             continue
         if opt.unit == PriceUnit.HOUR:
@@ -501,8 +502,17 @@ class Terms:
         return found
 
 
+def in_quote_currency(amount: Decimal, price_currency: str, priced_on: date, fx: FxTable, currency: str) -> Decimal:
+    """`amount` of `price_currency` in `currency`, at the exchange rate of the price's own day
+    (`priced_on`, a date or an offer's fetched_at): a price read in March is converted at March's rate, not today's.
+    Every price is converted here: an offer's compute, disk and transfers (`offer_terms`) and
+    the planner's first pass (per currency and day)."""
+    return fx.convert(amount, price_currency, currency, on=priced_on)
+
+
 def _optional(offer: Offer, fx: FxTable, currency: str, amount: Decimal | None) -> Decimal | None:
-    return None if amount is None else quantize_money(fx.convert(amount, offer.currency, currency, on=offer.fetched_at))
+    return None if amount is None else quantize_money(in_quote_currency(amount, offer.currency, offer.fetched_at, fx,
+                                                                          currency))
 
 
 def offer_terms(offer: Offer, fx: FxTable, currency: str) -> Terms:

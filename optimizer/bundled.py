@@ -1,8 +1,8 @@
 """The bundled snapshot as planning columns: what a quote reads of it.
 
-`data/snapshot.json.gz` (catalog.py) is the truth: about 3,000 offers in 4 MB of JSON, which
-take 0.1 s of every quote to validate in full and turn into columns, while a quote keeps a few
-dozen of them. So tools/build_snapshot.py also writes `data/snapshot-columns.bin.gz`: the same
+`data/snapshot.json.gz` (`SNAPSHOT_RESOURCE`; its format is catalog.py's) is the truth: about
+3,000 offers in 4 MB of JSON, which take 0.1 s of every quote to validate in full and turn into
+columns, while a quote keeps a few dozen of them. So tools/build_snapshot.py also writes `data/snapshot-columns.bin.gz`: the same
 offers per provider as planning columns (in plan_columns' encoding, as the store holds them)
 and each offer's JSON, tied to the snapshot file by its SHA-256. A quote reads the columns and
 validates only the full offers of the rows it keeps.
@@ -37,6 +37,7 @@ from rentopt.optimizer.errors import StoreError
 from rentopt.optimizer.models import Offer
 from rentopt.optimizer.plan_columns import decode_column, encode_table, merge_encoded, parse_timestamp, timestamp
 
+SNAPSHOT_RESOURCE = "data/snapshot.json.gz"
 COLUMNS_RESOURCE = "data/snapshot-columns.bin.gz"
 COLUMNS_FORMAT = 1
 _OFFERS = TypeAdapter(list[Offer])
@@ -114,12 +115,12 @@ class BundledColumns:
         return [self._parsed[w] for w in wanted]
 
 
-def encode(snapshot_raw: bytes) -> bytes:
-    """The columns file of the snapshot file `snapshot_raw` (its bytes as shipped)."""
-    from rentopt.optimizer.catalog import parse_snapshot
+def encode(snapshot_raw: bytes, snapshot: Any) -> bytes:
+    """The columns file of the snapshot file `snapshot_raw` (its bytes as shipped), given
+    `snapshot`, those bytes as `catalog.parse_snapshot` reads them (the caller parses: catalog
+    sits above this module)."""
     from rentopt.optimizer.offer_table import OfferTable
 
-    snapshot = parse_snapshot(snapshot_raw)
     body = bytearray()
     sections = []
     for section in snapshot.providers:
@@ -171,8 +172,6 @@ def decode(raw: bytes, snapshot_raw: bytes) -> BundledColumns | None:
 @lru_cache(maxsize=1)
 def load() -> BundledColumns | None:
     """The shipped columns file, if it is there and of the shipped snapshot (read once per process)."""
-    from rentopt.optimizer.catalog import SNAPSHOT_RESOURCE
-
     here = resources.files("rentopt.optimizer")
     try:
         raw, snapshot_raw = here.joinpath(COLUMNS_RESOURCE).read_bytes(), here.joinpath(SNAPSHOT_RESOURCE).read_bytes()

@@ -36,16 +36,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from rentopt.optimizer.bundled import SNAPSHOT_RESOURCE, Section
 from rentopt.optimizer.errors import InputError, StoreError
-from rentopt.optimizer.models import UNKNOWN_DATE, DateBasis, Offer, Origin, PriceOrigin, PriceSource, date_rank, date_words
-from rentopt.optimizer.offers_io import age_words, hour_price, read_offers_file
+from rentopt.optimizer.models import UNKNOWN_DATE, DateBasis, Offer, Origin, PriceOrigin, PriceSource, age_words, date_rank, date_words
+from rentopt.optimizer.offers_io import hour_price, read_offers_file
 from rentopt.optimizer.store import HistorySnapshot, OfferQuery, open_readonly, store_path
 
 
 if TYPE_CHECKING:
     from rentopt.optimizer.offer_table import OfferTable
 
-SNAPSHOT_RESOURCE = "data/snapshot.json.gz"
 SNAPSHOT_FORMAT = 2
 SortKey = Literal["price", "gpu", "provider", "memory"]
 # Where one provider's offers in an OfferSet come from.
@@ -528,9 +528,7 @@ class _Bundled:
         return LazyRows(kept.part(), kept.offers)
 
 
-def _section(p: SnapshotProvider) -> Any:
-    from rentopt.optimizer.bundled import Section
-
+def _section(p: SnapshotProvider) -> Section:
     return Section(p.provider, p.plugin, p.fetched_at, p.source, len(p.offers), p.dated_by)
 
 

@@ -497,7 +497,8 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     from decimal import Decimal
 
     from rentopt.optimizer.catalog import load_offers
-    from rentopt.optimizer.currency import FxTable, parse_fx_option
+    from rentopt.optimizer.currency import parse_fx_option
+    from rentopt.optimizer.store import load_fx
     from rentopt.optimizer.feasibility import Pins
     from rentopt.optimizer.planner import (
         GpuFilter,
@@ -523,7 +524,7 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     if on_spec is not None and days is None:
         raise click.UsageError("--on names the layout that --days are measured on; it needs --days")
     model, setup = _workload(kw)
-    fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))
+    fx = load_fx(overrides=dict(parse_fx_option(x) for x in fx_overrides))
     pins = _pins(kw)
     gpu_filter = GpuFilter(include=parse_gpu_filter(gpu_names), exclude=tuple(g for g, _ in parse_gpu_filter(exclude_gpus)),
                            min_memory_gb=min_gpu_memory, gpus_per_node=kw["gpus"], max_nodes=max_nodes)
@@ -1100,7 +1101,7 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
     --gpu and --min-gpu-memory narrow every section to those GPUs; providers with no such offer
     drop out and the header says so. No offer left: exit status 2.
     """
-    from rentopt.optimizer.currency import FxTable, check_quote_currency, parse_fx_option
+    from rentopt.optimizer.currency import check_quote_currency, parse_fx_option
     from rentopt.optimizer.report import (
         ReportRequest,
         build_report,
@@ -1111,6 +1112,7 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
         render,
         write_report,
     )
+    from rentopt.optimizer.store import load_fx
 
     gpus, gpu_notes = read_gpus(gpu_names)
     request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=_currency(currency),
@@ -1119,7 +1121,7 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
                             gpus=gpus, min_gpu_memory_gb=min_gpu_memory, gpu_notes=gpu_notes)
     fmt = format_for(output, fmt)  # a bad -o suffix fails before any work
     check_quote_currency(request.currency)
-    fx = FxTable.load(overrides=dict(parse_fx_option(x) for x in fx_overrides))
+    fx = load_fx(overrides=dict(parse_fx_option(x) for x in fx_overrides))
     text = render(build_report(request, fx), fmt)
     if output is None:
         click.echo(text, nl=False)

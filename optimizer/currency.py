@@ -329,26 +329,6 @@ def _shipped_file(package: str, name: str) -> bytes:
     return resources.files(package).joinpath(name).read_bytes()
 
 
-def stored_history() -> EcbHistory | None:
-    """The ECB rates `rentopt refresh` last stored, or None (no store, none fetched, unreadable)."""
-    from rentopt.optimizer.errors import StoreError
-    from rentopt.optimizer.store import open_readonly
-
-    try:
-        store = open_readonly()
-        if store is None:
-            return None
-        with store:
-            fetched = store.fx_rates()
-    except StoreError as exc:  # the quote still works from the shipped history
-        log.warning("exchange rates from the price store not used: %s", exc)
-        return None
-    if fetched is None or not fetched.rows:
-        return None
-    return EcbHistory.from_rows(fetched.rows, f"ECB euro reference rates, crossed via EUR, fetched by `rentopt "
-                                              f"refresh` on {fetched.fetched_at:%Y-%m-%d} ({fetched.source})")
-
-
 # --------------------------------------------------------------------------------------------
 # The table quotes and reports convert with
 
@@ -375,13 +355,15 @@ class FxTable:
         *,
         histories: Sequence[EcbHistory] | None = None,
     ) -> FxTable:
-        """ECB history (stored, then shipped), then the config file's `[fx]` table, then `overrides` (--fx).
+        """ECB `histories`, then the config file's `[fx]` table, then `overrides` (--fx).
 
         `config_path=None` reads the default location (`default_config_path()`) if it exists;
-        `histories=None` reads the price store's fetched rates and the shipped ECB file.
+        `histories=None` reads the shipped ECB file. `store.load_fx` puts the rates `rentopt
+        refresh` stored before it (the store sits above this module: it checks stored currencies
+        with these rates, so the rates it holds are read there, not here).
         """
         if histories is None:
-            histories = [h for h in (stored_history(), bundled_history()) if h is not None]
+            histories = [bundled_history()]
         fixed = {BASE: FxRate(currency=BASE, per_usd=Decimal(1), as_of="fixed", source="base currency")}
         path = config_path if config_path is not None else default_config_path()
         for code, rate in _config_rates(path).items():

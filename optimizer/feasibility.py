@@ -455,6 +455,14 @@ def _setup_for(setup: TrainingSetup, rung: _Rung, n: int, grad_checkpointing: bo
     })
 
 
+def fused_attention(attention: str) -> bool:
+    """Whether an attention kernel is fused (never stores the seq^2 scores): what
+    TrainingSetup.flash_attention asks for. Every kernel but eager is (FlashAttention 2/3, SDPA's
+    memory-efficient kernel, cuDNN's, Gaudi's and Ascend's fused ones), so a setup rebuilt from a
+    layout runs the kernel the layout names."""
+    return attention != "eager"
+
+
 def layout_setup(setup: TrainingSetup, layout: Layout) -> TrainingSetup:
     """The exact TrainingSetup a Layout runs (for the memory of a prescribed layout, e.g. the
     validation run a measured peak came from)."""
@@ -466,7 +474,7 @@ def layout_setup(setup: TrainingSetup, layout: Layout) -> TrainingSetup:
         "recompute": layout.recompute, "activation_offload": layout.activation_offload, "compile": layout.compile,
         "offload": layout.offload, "micro_batch": layout.micro_batch, "precision": layout.precision,
         "grad_checkpointing": layout.grad_checkpointing if setup.trains else None,
-        "flash_attention": layout.attention != "eager",
+        "flash_attention": fused_attention(layout.attention),
     })
 
 

@@ -42,7 +42,7 @@ from typing import Any, TextIO
 from pydantic import TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import OffersFileError
-from rentopt.optimizer.models import UNIT_HOURS, GpuMatch, Offer, PriceOption, PriceUnit
+from rentopt.optimizer.models import GpuMatch, Offer, PriceOption, PriceUnit, hour_price
 from rentopt.optimizer.row_check import MAX_TERM_HOURS, OFFER_LIMITS, RowCheck
 from rentopt.optimizer.sanity import PriceBands, UnknownCurrency
 
@@ -71,50 +71,6 @@ _OFFER_LIST = TypeAdapter(list[Offer])
 MAX_OFFERS_FILE_BYTES = 256 << 20
 
 # The limits on an offer's numbers and terms are the door's (optimizer/row_check.py).
-
-
-# --------------------------------------------------------------------------------------------
-# The reference hourly price
-
-
-def hour_price(offer: Offer) -> Decimal | None:
-    """The offer's reference price per node-hour, for listing, filtering and price history.
-
-    It is the price of one hour at the finest unit the offer sells: its hourly price if it has
-    one, else its daily price / 24, else weekly / 168, monthly / the provider's month, and a
-    reserved term only when there is nothing else. Only options of the offer's own kind count
-    (interruptible ones for a spot offer, on-demand ones otherwise). A monthly rate is not what
-    an hour costs, so it never undercuts an hourly price here; what a whole job is billed is
-    billing.py's business, not this.
-
-    >>> o = Offer(provider="p", offer_id="1", gpu=None, gpu_raw="x", gpus=2, gpu_memory_gb=24,
-    ...           currency="USD", source="s", fetched_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
-    ...           price_options=[PriceOption(unit="hour", amount=Decimal("1.10")),
-    ...                          PriceOption(unit="month", amount=Decimal("500")),
-    ...                          PriceOption(unit="hour", amount=Decimal("0.40"), interruptible=True)])
-    >>> hour_price(o)
-    Decimal('1.10')
-    >>> hour_price(o.model_copy(update={"price_options": o.price_options[1:2]}))
-    Decimal('0.6849315068493150684931506849')
-    """
-    own = offer.options(interruptible=offer.spot) or offer.price_options
-    for unit in UNIT_ORDER:
-        rates = [p.amount / _unit_hours(offer, p) for p in own if p.unit == unit]
-        if rates:
-            return min(rates)
-    return None
-
-
-# Finest first: the order in which `hour_price` looks for a price.
-UNIT_ORDER = (PriceUnit.HOUR, PriceUnit.DAY, PriceUnit.WEEK, PriceUnit.MONTH, PriceUnit.TERM)
-
-
-def _unit_hours(offer: Offer, option: PriceOption) -> int:
-    if option.unit == PriceUnit.TERM:
-        return option.term_hours or 1  # PriceOption guarantees term_hours for a term
-    if option.unit == PriceUnit.MONTH:
-        return offer.month_hours
-    return UNIT_HOURS[option.unit]
 
 
 # --------------------------------------------------------------------------------------------
@@ -525,21 +481,6 @@ def age(then: datetime, now: datetime) -> str:
         if seconds >= size:
             return f"{int(seconds // size)}{unit}"
     return "<1m"
-
-
-def age_words(then: datetime, now: datetime) -> str:
-    """How old, in words, for sentences and reports.
-
-    >>> t = datetime(2026, 11, 1, tzinfo=timezone.utc)
-    >>> age_words(t, datetime(2026, 11, 1, 0, 30, tzinfo=timezone.utc)), age_words(t, datetime(2026, 11, 3, 6, tzinfo=timezone.utc))
-    ('under 1 h', '2 days')
-    """
-    hours = (now - then).total_seconds() / 3600
-    if hours < 1:
-        return "under 1 h"
-    if hours < 48:
-        return f"{hours:.0f} h"
-    return f"{hours / 24:.0f} days"
 
 
 def money(amount: Decimal) -> str:

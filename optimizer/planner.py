@@ -25,7 +25,7 @@ then destroy).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal, NamedTuple
@@ -40,6 +40,7 @@ from rentopt.optimizer.billing import (
     alone_bounds_arrays,
     cover_notes,
     explain_cover,
+    in_quote_currency,
     lease_bounds_arrays,
     lease_cover_notes,
     lease_refusal,
@@ -51,7 +52,7 @@ from rentopt.optimizer.billing import (
 from rentopt.optimizer.catalog import OfferSet
 from rentopt.optimizer.currency import FxTable, check_quote_currency
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
-from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout
+from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout, fused_attention
 from rentopt.optimizer.hardware import get_gpu, read_user_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
 from rentopt.optimizer.offer_table import OfferTable, values_at
@@ -729,8 +730,8 @@ class _Planner:
         shapes = self._shapes(usable)
         factor = self._fx_factors()
         prices = {k: PriceColumns(t, k, factor, ccy) for k in kinds}
-        import_h = _transfer_hours(float(prep.import_gb), t.net_down_mbps)
-        export_h = _transfer_hours(float(prep.export_gb), t.net_up_mbps)
+        import_h = _transfer_hours(float(prep.import_gb), t, "import")
+        export_h = _transfer_hours(float(prep.export_gb), t, "export")
         tr = self._train_arrays(shapes, kinds, usable, import_h, export_h)
         va = self._validate_arrays(shapes, kinds, usable, tr, import_h) if req.validate_hours is not None else None
         if va is None:
@@ -1005,7 +1006,8 @@ class _Planner:
         pair = cur.astype(np.int64) * len(days) + day
         rates = np.zeros(int(pair.max()) + 1)
         for p in np.flatnonzero(np.bincount(pair)):  # the (currency, day) pairs present
-            rates[p] = float(self.fx.convert(Decimal(1), currencies[int(p) // len(days)], ccy, on=days[int(p) % len(days)]))
+            rates[p] = float(in_quote_currency(Decimal(1), currencies[int(p) // len(days)], days[int(p) % len(days)], self.fx,
+                                               ccy))
         return rates[pair]
 
     def _train_arrays(self, shapes, kinds, usable, import_h, export_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
@@ -1092,10 +1094,10 @@ class _Planner:
         self.signatures = sorted({s for sigs in by_arch.values() for s in sigs}, key=repr)
         numbered = {sig: n for n, sig in enumerate(self.signatures)}
         setups = {sig: (prep.validate_setup.model_copy(update={
-            "precision": sig.precision, "flash_attention": sig.attention.startswith("flash")}), sig.pins(req.pins))
+            "precision": sig.precision, "flash_attention": fused_attention(sig.attention)}), sig.pins(req.pins))
             for sig in self.signatures}
         self.keys: dict[tuple, int] = {}
-        out_h_all = _transfer_hours(float(prep.destroy_gb), t.net_up_mbps)
+        out_h_all = _transfer_hours(float(prep.destroy_gb), t, "export")
         hours_all = float(req.validate_hours) + import_h  # type: ignore[arg-type]
         destroy_all = hours_all + out_h_all
         in_time = ~(destroy_all > t.max_hours)  # once over the table, not gathered per shape
@@ -1117,8 +1119,9 @@ class _Planner:
                     continue
                 fit_id = len(self.v_fits)
                 self.v_fits.append(fit)
-                model_key = self.keys.setdefault((gpu.id, sig), len(self.keys))
-                arch_key = self.keys.setdefault(("arch:" + gpu.architecture, sig), len(self.keys))
+                model, arch = _validation_keys(gpu, sig)
+                model_key = self.keys.setdefault(model, len(self.keys))
+                arch_key = self.keys.setdefault(arch, len(self.keys))
                 for kind in kinds:
                     rows_of.append(rows[has[kind][rows]])
                     pieces.append((kind, numbered[sig], fit_id, model_key, arch_key))
@@ -1133,12 +1136,9 @@ class _Planner:
             "hours": lambda c: hours_all[c["row"]], "wall": lambda c: c["hours"], "out": lambda c: out_h_all[c["row"]],
             "destroy_wall": lambda c: destroy_all[c["row"]]})
         va.pieces = (piece_table, np.cumsum([0, *counts]))
-        # each training candidate needs the same GPU model's validation when some offer has it,
-        # else one of its architecture (one key per training layout)
-        need_of_fit = np.array([
-            self.keys.get((gpu.id, Signature.of(fit.layout)),
-                          self.keys.get(("arch:" + gpu.architecture, Signature.of(fit.layout)), -1))
-            for fit, gpu, _, _ in self.fit_list], dtype=np.int64)
+        # each training candidate needs one key (per training layout): `_needed_key` of those present
+        need_of_fit = np.array([self.keys.get(_needed_key(gpu, Signature.of(fit.layout), self.keys), -1)
+                                for fit, gpu, _, _ in self.fit_list], dtype=np.int64)
         tr["need"] = need_of_fit[tr["fit"]] if len(tr["fit"]) else np.zeros(0, dtype=np.int64)
         return va
 
@@ -1213,8 +1213,8 @@ class _Planner:
             o = full[r]
             fit, gpu, speed, _ = self.fit_list[int(tr["fit"][i])]
             spot = bool(kind)
-            import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
-            export_h = transfer_hours(prep.export_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+            import_h = _move_hours(prep.import_gb, o, "import")
+            export_h = _move_hours(prep.export_gb, o, "export")
             factor = _spot_factor(o.provider, req.checkpoint_every_hours)[0] if spot else Decimal(1)
             if work.tokens is not None:
                 run, low, high = (Decimal(str(work.tokens / rate / 3600)) * factor
@@ -1244,8 +1244,8 @@ class _Planner:
                 r, kind, sig = int(va["row"][i]), int(va["kind"][i]), int(va["sig"][i])
                 o = full[r]
                 fit = self.v_fits[int(va["fit"][i])]
-                import_h = transfer_hours(prep.import_gb, o.net_down_mbps or DEFAULT_MBPS) or Decimal(0)
-                out_h = transfer_hours(prep.destroy_gb, o.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+                import_h = _move_hours(prep.import_gb, o, "import")
+                out_h = _move_hours(prep.destroy_gb, o, "export")
                 use = Use(id=f"v:{o.provider}:{o.offer_id}:{kind}:{sig}", kind="validate", terms=terms_of(r),
                           spot=bool(kind), nodes=1, hours=_hours(req.validate_hours + import_h),  # type: ignore[operator]
                           disk_gb=prep.validate_disk_gb, import_gb=prep.import_gb, out_gb=prep.destroy_gb,
@@ -1260,11 +1260,10 @@ class _Planner:
 
     def _instance(self, train: list[Candidate], validate: list[Candidate]) -> PlanInstance:
         req, work = self.req, self.work
-        models = {(c.gpu.id, c.signature) for c in validate}
+        present = {key for c in validate for key in _validation_keys(c.gpu, c.signature)}
         solver_train = []
         for c in train:
-            sig = (c.gpu.id, c.signature) if (c.gpu.id, c.signature) in models or not validate else \
-                ("arch:" + c.gpu.architecture, c.signature)
+            sig = _needed_key(c.gpu, c.signature, present) if validate else _validation_keys(c.gpu, c.signature)[0]
             solver_train.append(SolverCandidate(c.use, group=(c.offer.provider, c.gpu.id), wall_hours=c.hours_high,
                                                 signature=sig, tokens=Decimal(str(c.tokens)) if c.tokens else None))
         return PlanInstance(
@@ -1432,14 +1431,45 @@ def _nan_none(x: float) -> float | None:
     return None if x != x else float(x)
 
 
-def _transfer_hours(gb: float, mbps: np.ndarray) -> np.ndarray:
-    """billing.transfer_hours as floats per row (an unstated speed is DEFAULT_MBPS)."""
+Transfer = Literal["import", "export"]
+
+
+def _link_mbps(holder: Offer | OfferTable, transfer: Transfer) -> Any:
+    """The bandwidth a transfer runs at, the one home of which way each goes: an import (base
+    weights and data into a fresh instance) downloads; an export (final weights and kept
+    checkpoints, or a destroyed validation's data and checkpoint) uploads. `holder` is an Offer
+    (Mbit/s, None unstated) or an OfferTable (a column per row, NaN unstated)."""
+    return holder.net_down_mbps if transfer == "import" else holder.net_up_mbps
+
+
+def _move_hours(gb: Decimal, offer: Offer, transfer: Transfer) -> Decimal:
+    """Hours to move `gb` in or out of `offer`'s instance (an unstated speed is DEFAULT_MBPS)."""
+    return transfer_hours(gb, _link_mbps(offer, transfer) or DEFAULT_MBPS) or Decimal(0)
+
+
+def _transfer_hours(gb: float, table: OfferTable, transfer: Transfer) -> np.ndarray:
+    """`_move_hours` as floats per row of `table`, for the first pass."""
+    mbps = _link_mbps(table, transfer)
     rate = np.where(np.isnan(mbps) | (mbps <= 0), DEFAULT_MBPS, mbps)
     return gb * 8000 / rate / 3600
 
 
 def _v_keys(c: Candidate) -> frozenset:
-    return frozenset({(c.gpu.id, c.signature), ("arch:" + c.gpu.architecture, c.signature)})
+    return frozenset(_validation_keys(c.gpu, c.signature))
+
+
+def _validation_keys(gpu: GpuSpec, signature: Signature) -> tuple[tuple, tuple]:
+    """The keys a validation of `signature` on `gpu` satisfies: its GPU model's, its architecture's."""
+    return (gpu.id, signature), ("arch:" + gpu.architecture, signature)
+
+
+def _needed_key(gpu: GpuSpec, signature: Signature, present: Container[tuple]) -> tuple:
+    """The key a training run of `signature` on `gpu` needs its validation to satisfy, given the
+    keys the validations `present` satisfy (seeds: validate on the training GPU model when some
+    offer of it holds the validation run, else on one of its architecture). The one home of that
+    rule, for the first pass and the exact one."""
+    model, arch = _validation_keys(gpu, signature)
+    return model if model in present else arch
 
 
 def with_sized_validation(req: QuoteRequest) -> QuoteRequest:
@@ -1681,7 +1711,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
         notes += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.notes]
         key += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.key_notes]
     tb, eb = bill.stage("train"), bill.stage("export")
-    export_h = transfer_hours(planned.prep.export_gb, t.offer.net_up_mbps or DEFAULT_MBPS) or Decimal(0)
+    export_h = _move_hours(planned.prep.export_gb, t.offer, "export")
     stages.append(_stage("train", t, tb, t.use.hours, t.layout.strategy))
     stages.append(_stage("export", t, eb, export_h, "copy out, verify, destroy", gpus=0))
     if bill.choice.idle not in ("stop", "continue"):

@@ -725,7 +725,8 @@ def overview_json(overview: Overview) -> str:
 def format_overview(overview: Overview, now: datetime | None = None) -> str:
     from tabulate import tabulate
 
-    from rentopt.optimizer.offers_io import age, age_words
+    from rentopt.optimizer.models import age_words
+    from rentopt.optimizer.offers_io import age
 
     now = now or datetime.now(timezone.utc)
     rows = []

@@ -13,8 +13,7 @@ from typing import Any
 
 from rentopt.optimizer.feasibility import Fit
 from rentopt.optimizer.models import MemoryEstimate, ModelSpec, Plan, PlanStage, Quote, TrainingSetup
-from rentopt.optimizer.models import date_words
-from rentopt.optimizer.offers_io import age_words
+from rentopt.optimizer.models import age_words, date_words
 from rentopt.optimizer.timing import LayoutSpeed
 
 CLASS_ORDER = ("datacenter", "workstation", "consumer")

@@ -39,7 +39,7 @@ from rentopt.optimizer.currency import FxTable, round_money
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.models import FxRate, GpuSpec, ModelSpec, Offer, Origin, Plan, PlanStage, PriceUnit, TrainingSetup
-from rentopt.optimizer.offers_io import UNIT_ORDER, age_words, hour_price
+from rentopt.optimizer.models import UNIT_ORDER, age_words, hour_price
 from rentopt.optimizer.offers_io import money as unit_price
 from rentopt.optimizer.planner import QuoteRequest, build_quote, gpu_name_notes, parse_gpu_filter
 from rentopt.optimizer.render import cost_text, money, number

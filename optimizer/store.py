@@ -34,25 +34,27 @@ import shlex
 import sqlite3
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import FileSystemError, StoreError
 from rentopt.optimizer.gc_pause import gc_paused
-from rentopt.optimizer.models import Offer, PlanRow, plan_row
+from rentopt.optimizer.models import Offer, PlanRow, hour_price, plan_row
 from rentopt.optimizer.paths import check_home, ensure_home, fs_error, rentopt_home
 from rentopt.optimizer.plan_columns import decode_column, encode_table, merge_encoded, parse_timestamp, timestamp
 from rentopt.optimizer.redact import redact, redacted_logger
 from rentopt.optimizer.row_check import known_gpu
-from rentopt.optimizer.offers_io import hour_price
+
+if TYPE_CHECKING:
+    from rentopt.optimizer.currency import EcbHistory, FxTable
 
 STORE_FILENAME = "prices.sqlite"
 # PRAGMA application_id marks the file as a rentopt store: the ASCII bytes "RNTO", chosen by us
@@ -820,6 +822,34 @@ def _connect(uri: str, *, uri_mode: bool) -> sqlite3.Connection:
     db = sqlite3.connect(uri, uri=uri_mode, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     db.execute("PRAGMA foreign_keys = ON")
     return db
+
+
+def stored_fx_history() -> EcbHistory | None:
+    """The ECB rates `rentopt refresh` last stored, or None (no store, none fetched, unreadable)."""
+    from rentopt.optimizer.currency import EcbHistory
+
+    try:
+        store = open_readonly()
+        if store is None:
+            return None
+        with store:
+            fetched = store.fx_rates()
+    except StoreError as exc:  # the quote still works from the shipped history
+        log.warning("exchange rates from the price store not used: %s", exc)
+        return None
+    if fetched is None or not fetched.rows:
+        return None
+    return EcbHistory.from_rows(fetched.rows, f"ECB euro reference rates, crossed via EUR, fetched by `rentopt "
+                                              f"refresh` on {fetched.fetched_at:%Y-%m-%d} ({fetched.source})")
+
+
+def load_fx(overrides: Mapping[str, Decimal] | None = None, config_path: Path | None = None) -> FxTable:
+    """The exchange rates quotes and reports convert with: the ECB rates `rentopt refresh` stored,
+    then the shipped ECB file (`FxTable.load`: config file and --fx overrides win)."""
+    from rentopt.optimizer.currency import FxTable, bundled_history
+
+    stored = stored_fx_history()
+    return FxTable.load(overrides, config_path, histories=[h for h in (stored, bundled_history()) if h is not None])
 
 
 def open_readonly(path: Path | None = None, migrations: Sequence[Migration] = MIGRATIONS) -> Store | None:

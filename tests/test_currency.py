@@ -21,7 +21,7 @@ from rentopt.optimizer.currency import (
     round_money,
 )
 from rentopt.optimizer.errors import InputError
-from rentopt.optimizer.store import open_writable, store_path
+from rentopt.optimizer.store import load_fx, open_writable, store_path
 
 D = Decimal
 
@@ -77,7 +77,7 @@ def test_rates_stored_by_refresh_are_read_from_the_store(rentopt_home):
         store.write_fx_rates([(date(2026, 10, 30), "USD", D("1.1172")), (date(2026, 10, 30), "CNY", D("7.4326"))],
                              fetched_at=datetime(2026, 10, 30, 16, tzinfo=timezone.utc),
                              source="https://www.ecb.europa.eu/stats/eurofxref/eurofxref-hist.zip")
-    rate = FxTable.load().rate("CNY", on=date(2026, 11, 2))
+    rate = load_fx().rate("CNY", on=date(2026, 11, 2))
     assert (rate.per_usd, rate.as_of) == (D("6.65288"), "2026-10-30")
     assert "fetched by `rentopt refresh` on 2026-10-30" in rate.source
 

@@ -495,8 +495,8 @@ def test_validations_per_key_from_pieces_is_the_sorted_grouping(spot):
     kinds = (0, 1) if spot else (0,)
     usable = built._usable_rows(kinds)
     shapes = built._shapes(usable)
-    import_h = planner._transfer_hours(float(built.prep.import_gb), table.net_down_mbps)
-    export_h = planner._transfer_hours(float(built.prep.export_gb), table.net_up_mbps)
+    import_h = planner._transfer_hours(float(built.prep.import_gb), table, "import")
+    export_h = planner._transfer_hours(float(built.prep.export_gb), table, "export")
     va = built._validate_arrays(shapes, kinds, usable, built._train_arrays(shapes, kinds, usable, import_h, export_h),
                                 import_h)
     assert va.pieces is not None and len(va["row"]) > 1000

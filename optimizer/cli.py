@@ -316,7 +316,7 @@ def estimate_command(fmt: str, gpu_name: str | None, nodes: int, fabric_gbps: fl
     (low, typical, high), MFU and scaling efficiency, from a speed model fitted to published runs
     (MosaicML llm-foundry, torchtune, Qwen, Answer.AI fsdp_qlora, LitGPT).
     """
-    from rentopt.optimizer.feasibility import Pins, classes_that_fit
+    from rentopt.optimizer.feasibility import classes_that_fit
     from rentopt.optimizer.hardware import all_gpus, resolve_user_gpu
     from rentopt.optimizer.memory import estimate
     from rentopt.optimizer.render import estimate_json, estimate_table
@@ -499,7 +499,6 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     from rentopt.optimizer.catalog import load_offers
     from rentopt.optimizer.currency import parse_fx_option
     from rentopt.optimizer.store import load_fx
-    from rentopt.optimizer.feasibility import Pins
     from rentopt.optimizer.planner import (
         GpuFilter,
         QuoteRequest,

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import re
 from collections.abc import Iterable, Sequence, Sized
 from datetime import datetime, timezone
@@ -43,7 +42,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import OffersFileError
 from rentopt.optimizer.models import GpuMatch, Offer, PriceOption, PriceUnit, hour_price
-from rentopt.optimizer.row_check import MAX_TERM_HOURS, OFFER_LIMITS, RowCheck
+from rentopt.optimizer.row_check import MAX_TERM_HOURS, OFFER_LIMITS, RowCheck  # noqa: F401 (offers_reader reads them here)
 from rentopt.optimizer.sanity import PriceBands, UnknownCurrency
 
 # The CSV format, as explicit field lists (a new Offer field must not silently change it).

@@ -71,7 +71,6 @@ def matmul_rates(dev: str, quick: bool) -> list[dict]:
                             "tflops": 2 * m * k * n / s8 / 1e12})
             except Exception as exc:  # noqa: BLE001 - record why fp8 did not run
                 out.append({"dtype": "fp8-e4m3", "m": m, "k": k, "n": n, "error": repr(exc)[:300]})
-        del a, b
     return out
 
 
@@ -97,7 +96,6 @@ def attention_rates(dev: str, quick: bool) -> list[dict]:
         out.append({"seq": s, "batch": b, "heads": heads, "head_dim": d, "fwd_seconds": fwd,
                     "fwd_tflops": fwd_flops / fwd / 1e12, "fwd_bwd_seconds": both,
                     "fwd_bwd_tflops": 3.5 * fwd_flops / both / 1e12})
-        del q, k, v, grad
     return out
 
 
@@ -235,7 +233,6 @@ def train_case(dev: str, name: str, shape: dict, mode: str, seq: int, mb: int, c
         if torch.cuda.is_available():
             rec["max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / 1e9
             rec["max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / 1e9
-        del model, opt, ids
     except torch.OutOfMemoryError as exc:
         rec["error"] = "out of memory: " + str(exc)[:200]
     except Exception as exc:  # noqa: BLE001 - keep the other cases

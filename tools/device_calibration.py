@@ -190,10 +190,10 @@ def params_of(m: nn.Module) -> int:
 
 
 def train_case(dev: str, name: str, shape: dict, mode: str, seq: int, mb: int, checkpointing: bool,
-               steps: int) -> dict:
+               steps: int, compiled: bool = False) -> dict:
     torch.manual_seed(0)
     rec = {"case": name, "mode": mode, "seq_len": seq, "micro_batch": mb, "grad_checkpointing": checkpointing,
-           **shape}
+           "compile": compiled, **shape}
     try:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -215,6 +215,9 @@ def train_case(dev: str, name: str, shape: dict, mode: str, seq: int, mb: int, c
             trainable = list(model.parameters())
             autocast = True
         rec["trainable_params"] = sum(p.numel() for p in trainable)
+        if compiled:
+            for blk in model.blocks:  # per block, as torchtitan compiles (fullgraph per TransformerBlock)
+                blk.compile()
         opt = torch.optim.AdamW(trainable, lr=1e-5, fused=dev == "cuda")
         ids = torch.randint(0, shape["vocab"], (mb, seq + 1), device=dev)
         model.train()
@@ -254,6 +257,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="only the torch.compile pairs (each case eager and compiled)")
     args = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -269,6 +274,20 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
 
+    if args.compile_only:
+        pairs = []
+        shapes = {k: SHAPES[k] for k in ("llama-1b", "llama3-8b-8l")} if not args.quick else \
+            {"tiny": dict(layers=2, h=64, heads=4, kv=2, inter=128, vocab=256)}
+        for name, shape in shapes.items():
+            for mode in ("full", "lora"):
+                seq, mb = (2048, 2) if not args.quick else (32, 1)
+                for compiled in (False, True):
+                    pairs.append(train_case(dev, name, shape, mode, seq, mb, True, steps=6 if not args.quick else 1,
+                                            compiled=compiled))
+                    result["training"] = pairs
+                    save()
+                    print(json.dumps(pairs[-1]), flush=True)
+        return
     result["copy"] = copy_bandwidth(dev, args.quick)
     save()
     result["matmul"] = matmul_rates(dev, args.quick)

@@ -11,8 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rentopt.optimizer import offers_reader
-from rentopt.optimizer.cell_spans import CellSpans, factorize
 from rentopt.optimizer.errors import InputError, OffersFileError
 from rentopt.optimizer.offer_table import OfferTable
 from rentopt.optimizer.offers_io import read_offers_file, write_offers_json
@@ -81,18 +79,14 @@ def test_the_same_offers_as_the_line_reader(tmp_path):
     "x,3,H100,8,20,EUR,,,,,,,\n",
 ], ids=["no-final-newline", "crlf", "bom", "blank-lines", "quotes", "multi-line-cell", "short-line", "band-low",
         "band-high", "other-columns"])
-@pytest.mark.parametrize("spans_from", [None, 0])
-def test_the_same_offers_for_files_people_write(tmp_path, monkeypatch, text, spans_from):
-    """Each file both ways: lines split in Python, and byte spans (cell_spans.py), which take
-    the regular ones (a BOM shifts every span by 3 bytes: the kept lines are read again from
-    the file itself)."""
-    if spans_from is not None:
-        monkeypatch.setattr(offers_reader, "_SPANS_BYTES", spans_from)
+def test_the_same_offers_for_files_people_write(tmp_path, text):
+    """Every dialect through the one columnar path (a BOM shifts every line by 3 bytes: the
+    kept lines are read again from the file itself)."""
     check_same(write(tmp_path, text))
 
 
-def test_a_file_changed_after_it_was_read_is_refused_not_misread(tmp_path, tokenizer_from_the_first_byte):
-    """The large-file path reads the kept lines again from the file: a file rewritten in the
+def test_a_file_changed_after_it_was_read_is_refused_not_misread(tmp_path):
+    """The reader reads the kept lines again from the file: a file rewritten in the
     meantime (here: a price changed, same length) is an error, never a mix of two files."""
     path = write(tmp_path, HEADER + "\n".join(LINES) + "\n")
     table = read_offers_table(path)
@@ -145,24 +139,28 @@ def test_an_error_deep_in_a_file_names_its_line(tmp_path):
         read_offers_table(path)
 
 
-@pytest.fixture
-def tokenizer_from_the_first_byte(monkeypatch):
-    """The byte-span tokenizer (the large-file path, cell_spans.py) on small files too."""
-    monkeypatch.setattr(offers_reader, "_SPANS_BYTES", 0)
-
-
-def test_the_large_file_path_gives_the_same_offers(tmp_path, tokenizer_from_the_first_byte):
+def test_many_lines_in_every_dialect_give_the_same_offers(tmp_path):
+    """Arrow reads a file in blocks, on several threads: thousands of lines, quoted and CRLF,
+    with a bad-width line and a blank one deep inside, numbered as the line reader numbers them."""
     copies = []
-    for k in range(3):
+    for k in range(700):
         for line in LINES:
             provider, offer_id, rest = line.split(",", 2)
-            copies.append(f"{provider},{offer_id}-{k},{rest}")
-    check_same(write(tmp_path, HEADER + "\n".join(copies) + "\n"))
+            copies.append(f'"{provider}","{offer_id}-{k}",{rest}')
+    copies.insert(3000, "")
+    copies.insert(4000, "alpha,short,RTX 4090,1,0.35,,,,USD")  # fewer cells: offers_io reads it
+    text = HEADER.replace("\n", "\r\n") + "\r\n".join(copies) + "\r\n"
+    table = check_same(write(tmp_path, text))
+    assert table.n == 700 * len(LINES) + 1
 
 
-@pytest.mark.parametrize("text", BAD[:18], ids=[f"bad-{i}" for i in range(18)])
-def test_the_large_file_path_gives_the_same_errors(tmp_path, tokenizer_from_the_first_byte, text):
-    assert_same_error(write(tmp_path, text))
+def test_a_bad_line_deep_in_a_quoted_crlf_file_names_its_line(tmp_path):
+    lines = [f'"alpha","o{i}","RTX 4090","1","0.35",,,,"USD",,,,,,"no",' for i in range(5000)]
+    lines[4321] = '"alpha","o4321","RTX 4090","1","-1",,,,"USD",,,,,,"no",'
+    path = write(tmp_path, HEADER.replace("\n", "\r\n") + "\r\n".join(lines) + "\r\n")
+    with pytest.raises(OffersFileError, match=r"line 4323, field price_hour: '-1' must be a positive number"):
+        read_offers_table(path)
+    assert_same_error(path)
 
 
 def test_a_json_file_is_the_same_offers(tmp_path):
@@ -173,77 +171,36 @@ def test_a_json_file_is_the_same_offers(tmp_path):
     check_same(path)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(st.lists(st.sampled_from(["a,b,c", "a,b", "a,b,c,d", "", ",,", "xx,y,zzzz", "1,2,3"]), min_size=1, max_size=30),
-       st.booleans(), st.integers(min_value=1, max_value=40))
-def test_regular_lines_are_found_alike_in_blocks(lines, terminated, block):
-    """CellSpans.of searches a block of bytes at a time; for any block size it must take a file
-    exactly when each line after the header, counted by itself, holds two commas, and then
-    give each line's cells as str.split gives them."""
-    text = "h1,h2,h3\n" + "\n".join(lines) + ("\n" if terminated else "")
-    data = text.encode()
-    body = lines if terminated or lines[-1] else lines[:-1]  # an unterminated empty last line is no line
-    want = bool(body) and all(line.count(",") == 2 for line in body) and len(data) >= 8
-    spans = CellSpans.of(data, data.index(b"\n") + 1, 3, {"h1": 0, "h2": 1, "h3": 2}, limit=1000, block=block)
-    assert (spans is not None) is want
-    if spans is not None:
-        assert [spans.row(i) for i in range(spans.n)] == [line.split(",") for line in body]
-        for j, name in enumerate(("h1", "h2", "h3")):
-            codes, values = spans.distinct(name)
-            assert [values[c] for c in codes] == [line.split(",")[j] for line in body]
-            assert len(set(values)) == len(values)
-        ends = [i for i, b in enumerate(data) if b == 10]
-        assert spans.line_ends().tolist() == ends
-
-
-CELL = st.text(alphabet=st.sampled_from(list("ab9 .-") + ["\u00e9", "\u3000", "\u6a21"]), max_size=30)
-
-
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(st.lists(st.tuples(CELL, CELL), min_size=1, max_size=60), st.booleans())
-def test_cells_are_coded_and_ids_stripped_as_the_csv_module_reads_them(rows, terminated):
-    """Cells of any length (one word, several words, past the file's last 8 bytes), repeated or
-    not, with spaces at the ends: the same values as splitting the text, one code per value;
-    ids stripped, empty ones marked, as offers_io strips them."""
-    text = "k,v\n" + "\n".join(f"{k},{v}" for k, v in rows) + ("\n" if terminated else "")
-    body = [line for line in text.split("\n")[1:]]
-    body = body[:-1] if terminated or body[-1] == "" else body
-    data = text.encode()
-    spans = CellSpans.of(data, 4, 2, {"k": 0, "v": 1}, limit=10_000)
-    if spans is None:  # an empty unterminated last line, or a file under 8 bytes
-        return
-    want_v = [line.split(",")[1] for line in body]
-    codes, values = spans.distinct("v")
-    assert [values[c] for c in codes] == want_v and len(set(values)) == len(values)
-    ids, empty = spans.offer_ids("k")
-    want_k = [line.split(",")[0].strip() for line in body]
-    assert list(ids) == want_k
-    assert empty.tolist() == [not k for k in want_k]
+CELL = st.text(alphabet=st.sampled_from(list('ab9 .-,"') + ["\u00e9", "\u3000", "\u6a21", "\u00a0"]), max_size=12)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(st.integers(min_value=0, max_value=2**32 - 1), st.integers(min_value=1, max_value=30_000),
-       st.integers(min_value=1, max_value=30_000), st.sampled_from([0, 2**63, 2**64 - 1]))
-def test_factorize_gives_equal_keys_one_code(seed, n, distinct, extreme):
-    """Against Python's set: equal keys share a code, distinct keys do not, for up to 30,000
-    keys (beyond the 4,096 sampled first, so some are missed and looked up again)."""
-    rng = np.random.default_rng(seed)
-    pool = rng.integers(0, 2**64 - 1, size=min(distinct, n), dtype=np.uint64, endpoint=True)
-    pool[0] = extreme
-    keys = pool[rng.integers(0, len(pool), size=n)]
-    codes, rep = factorize(keys)
-    assert (keys[rep][codes] == keys).all()
-    assert len(rep) == len(set(keys.tolist()))
+@given(st.lists(st.tuples(CELL, CELL), min_size=1, max_size=40), st.sampled_from(["\n", "\r\n"]),
+       st.sampled_from(["minimal", "all"]))
+def test_cells_are_coded_and_ids_stripped_as_the_csv_module_reads_them(rows, line_end, quoting):
+    """Cells with commas, quotes, spaces and non-ASCII characters, written by the csv module
+    in either line end and quoting: Arrow's cells are the csv module's, one code per value,
+    ids stripped as offers_io strips them."""
+    import csv
+    import io
 
+    from rentopt.optimizer.offers_reader import _ArrowCells
 
-def test_a_collision_of_the_long_cells_mix_is_caught(monkeypatch):
-    """Cells longer than a word are keyed by a mix of their words; should two mix alike, the
-    column is decoded instead (here every mix collides)."""
-    from rentopt.optimizer import cell_spans
-
-    monkeypatch.setattr(cell_spans, "mix", lambda parts: np.zeros(len(parts[0]), dtype=np.uint64))
-    values = ["H100-SXM5-80GB", "A100-SXM4-80GB", "RTX 4090", "H100-SXM5-80GB", "x" * 40]
-    data = ("gpu,n\n" + "".join(f"{v},1\n" for v in values)).encode()
-    spans = CellSpans.of(data, 6, 2, {"gpu": 0, "n": 1}, limit=1000)
-    codes, distinct = spans.distinct("gpu")
-    assert [distinct[c] for c in codes] == values and len(distinct) == 4
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator=line_end,
+                        quoting=csv.QUOTE_ALL if quoting == "all" else csv.QUOTE_MINIMAL)
+    writer.writerow(["k", "v"])
+    writer.writerows(rows)
+    data = out.getvalue().encode()
+    want = [r for r in csv.reader(io.StringIO(out.getvalue(), newline=""))][1:]
+    cells = _ArrowCells.read(data, 2, "offers.csv")
+    if any(r == [] for r in want):  # cannot happen: every row has two cells
+        raise AssertionError(want)
+    assert cells is not None
+    assert [cells.row(i) for i in range(cells.n)] == want and not cells.invalid
+    assert cells.line_numbers.tolist() == list(range(2, 2 + len(want)))
+    codes, values = cells.distinct(1)
+    assert [values[c] for c in codes] == [v for _, v in want] and len(set(values)) == len(values)
+    ids, empty = cells.offer_ids(0)
+    assert list(ids) == [k.strip() for k, _ in want]
+    assert empty.tolist() == [not k.strip() for k, _ in want]

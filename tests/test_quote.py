@@ -590,16 +590,46 @@ def _quote_offers_file(tmp_path: Path, csv_text: str, *job: str) -> dict:
     return json.loads(result.stdout)
 
 
-@pytest.mark.parametrize("large_file_path", [False, True])
-def test_two_spellings_of_one_gpu_are_one_node_shape(tmp_path, monkeypatch, rentopt_home, large_file_path):
+def test_the_same_offers_in_every_csv_dialect_give_byte_identical_quotes(tmp_path, rentopt_home):
+    """One offers file written four ways (LF, CRLF, every cell quoted by the csv module with
+    CRLF, and a spreadsheet's byte-order mark): the quote's JSON is the same to the byte. The
+    file keeps its path and time, which the quote names (the offers' source and date)."""
+    import csv
+    import io
+    import os
+
+    rows = [["provider", "offer_id", "gpu", "gpus", "price_hour", "price_month", "currency", "interconnect", "region",
+             "spot"]]
+    for i in range(300):
+        rows.append([f"seller{i % 7}", f"o{i}", ("H100-SXM-80GB", "A100 80GB PCIe", "RTX 4090", "L40S")[i % 4],
+                     str((1, 2, 8)[i % 3]), f"{1.5 + (i % 13) / 10:.2f}", "" if i % 5 else "2100",
+                     "CNY" if i % 7 == 3 else "USD", "nvlink" if i % 3 == 2 else "", f"Zone {i % 4}, EU",
+                     "yes" if i % 11 == 0 else "no"])
+
+    def written(line_end: str, quoting: int, bom: bool) -> bytes:
+        out = io.StringIO()
+        csv.writer(out, lineterminator=line_end, quoting=quoting).writerows(rows)
+        return ("\ufeff" if bom else "").encode() + out.getvalue().encode()
+
+    path = tmp_path / "offers.csv"
+    answers = []
+    for data in (written("\n", csv.QUOTE_MINIMAL, False), written("\r\n", csv.QUOTE_MINIMAL, False),
+                 written("\r\n", csv.QUOTE_ALL, False), written("\r\n", csv.QUOTE_ALL, True)):
+        path.write_bytes(data)
+        os.utime(path, (1_790_000_000, 1_790_000_000))
+        result = CliRunner().invoke(cli, ["quote", "--model", "13b", "--mode", "lora", "--days", "3",
+                                          "--offers-file", str(path), "--format", "json"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        answers.append(result.stdout_bytes)
+    assert b'"offer_id"' in answers[0] and b"seller" in answers[0]  # a real quote over these offers
+    assert answers[1:] == answers[:1] * 3
+
+
+def test_two_spellings_of_one_gpu_are_one_node_shape(tmp_path, rentopt_home):
     """An offers file codes cells by spelling: "H100 SXM" and "H100-SXM-80GB" are two codes of
     one card. Both offers must be planned: when the planner grouped rows by those codes, two
     groups had one node shape and the second replaced the first, so the cheaper offer (20.00/h)
     vanished from the quote, neither planned nor rejected, and the plan was the 30.00/h one."""
-    from rentopt.optimizer import offers_reader
-
-    if large_file_path:  # the byte-span tokenizer, as for a file of 64 KiB and more
-        monkeypatch.setattr(offers_reader, "_SPANS_BYTES", 0)
     quote = _quote_offers_file(tmp_path, "provider,offer_id,gpu,gpus,price_hour,currency,interconnect\n"
                                          "alpha,cheap,H100 SXM,8,20.00,USD,nvlink\n"
                                          "alpha,dear,H100-SXM-80GB,8,30.00,USD,NVLink\n", "--days", "1")

@@ -55,7 +55,7 @@ from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout, fused_attention
 from rentopt.optimizer.hardware import get_gpu, read_user_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
-from rentopt.optimizer.offer_table import OfferTable, values_at
+from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable, take_strings, values_at
 from rentopt.optimizer.solver import Candidate as SolverCandidate
 from rentopt.optimizer.solver import (
     Kept,
@@ -616,6 +616,17 @@ class Rejections:
     def __len__(self) -> int:
         return sum(len(rows) for rows, _, _ in self._chunks)
 
+    def spread(self, ties: Ties) -> None:
+        """A rejected class representative's reason holds for every member of its class."""
+        for n, (rows, constraint, reason) in enumerate(self._chunks):
+            at = np.flatnonzero(ties.klass[rows] >= 0) if len(ties.klass) else np.zeros(0, np.int64)
+            if not len(at):
+                continue
+            extra = [ties.others(int(rows[i])) for i in at]
+            origin = np.r_[np.arange(len(rows)), np.repeat(at, [len(e) for e in extra])]
+            self._chunks[n] = (np.r_[rows, np.concatenate(extra)], constraint,
+                               reason if isinstance(reason, str) else (lambda i, r=reason, o=origin: r(int(o[i]))))
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for rows, constraint, _ in self._chunks:
@@ -657,6 +668,7 @@ class Planned:
     first_pass: dict[str, int] = field(default_factory=dict)  # candidates before / after rough pruning
     table: OfferTable | None = None
     closest_misses: list[str] = field(default_factory=list)  # the few nearest memory misses, nearest first
+    same_price: dict[tuple[str, str], str] = field(default_factory=dict)  # a planned offer -> its tied offers, in words
 
     @property
     def rejected(self) -> list[tuple[int, str, str]]:
@@ -727,6 +739,9 @@ class _Planner:
         ccy = req.currency
         kinds = (0, 1) if req.spot else (0,)
         usable = self._usable_rows(kinds)
+        self.ties = tie_classes(t, usable) if self.first_pass else Ties.none()
+        if len(self.ties.klass):
+            usable = usable & self.ties.first  # one offer per class is planned; the others share its answer
         shapes = self._shapes(usable)
         factor = self._fx_factors()
         prices = {k: PriceColumns(t, k, factor, ccy) for k in kinds}
@@ -746,6 +761,8 @@ class _Planner:
                 keep_t, keep_v = self._for_diagnosis(prices, tr, va, import_h)
         first = {"offers": t.n, "candidates": len(keep_t) + len(keep_v),
                  "after rough pruning": int(keep_t.sum() + keep_v.sum())}
+        if len(self.ties.klass):
+            self.rejected.spread(self.ties)
         return self._exact(tr, va, keep_t, keep_v, first)
 
     def _for_diagnosis(self, prices, tr, va, import_h) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
@@ -1255,8 +1272,9 @@ class _Planner:
         instance = self._instance(train, validate)
         candidates = {c.id: c for c in (*train, *validate)}
         misses = [text for _, text in sorted(self.misses.values())[:CLOSEST_MISSES]]
+        same_price = {full[r].key: self.ties.words(t, r) for r in rows if self.ties.has_others(r)}
         return Planned(instance, candidates, self.rejected, work, prep, self.closest[1] if self.closest else None,
-                       first, self.table, misses)
+                       first, self.table, misses, same_price)
 
     def _instance(self, train: list[Candidate], validate: list[Candidate]) -> PlanInstance:
         req, work = self.req, self.work
@@ -1271,6 +1289,79 @@ class _Planner:
             train=tuple(solver_train), idle_hours=req.idle_days * 24, deadline_hours=work.deadline_hours,
             budget=req.budget, currency=req.currency, rank_by="per_token" if work.tokens is None else "total",
         )
+
+
+@dataclass
+class Ties:
+    """Usable offers equal in every column that prices or constrains a plan (all but the offer
+    id: the same provider, GPU, node, prices of every unit and kind, disk, transfer and stop
+    rules, limits, currency and price date) form one class. The planner plans the first offer
+    of each class in the offers' order; the answer names the others ("also at the same
+    price"). Without it, a catalog of ties (a cloud's zones, a seller's many listings at one
+    price) kept every member through the bounds: none is surely dearer than another, so the
+    exact stage got them all and a CP-SAT model was built to choose among equals."""
+
+    first: np.ndarray  # per table row: not a later member of a class (the rows to plan)
+    klass: np.ndarray  # per table row: its class, for the first member of a class of two or more; else -1
+    members: np.ndarray  # table rows, class by class, in the offers' order within each
+    starts: np.ndarray  # where each class of two or more begins in `members` (and, last, the end)
+
+    @classmethod
+    def none(cls) -> Ties:
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(np.zeros(0, dtype=bool), empty, empty, np.zeros(1, dtype=np.int64))
+
+    def has_others(self, row: int) -> bool:
+        return bool(len(self.klass)) and self.klass[row] >= 0
+
+    def others(self, row: int) -> np.ndarray:
+        """The other members of the class `row` is the first of."""
+        c = int(self.klass[row])
+        return self.members[self.starts[c] + 1:self.starts[c + 1]]
+
+    def words(self, t: OfferTable, row: int, shown: int = 10) -> str:
+        """'also at the same price: 6 more offers (z2, z3, ...)', the first `shown` by id."""
+        others = self.others(row)
+        ids = take_strings(t.offer_id, others[:shown])
+        more = f", and {len(others) - shown} more" if len(others) > shown else ""
+        return (f"also at the same price: {len(others)} more offer{'s' if len(others) > 1 else ''} "
+                f"({', '.join(ids)}{more})")
+
+
+def tie_classes(t: OfferTable, usable: np.ndarray) -> Ties:
+    """The classes of equal offers among the `usable` rows (see `Ties`). An offer with reserved
+    terms or a note of its own (a GPU name read as its usual variant) is a class of its own."""
+    rows = np.flatnonzero(usable)
+    if len(rows) < 2:
+        return Ties.none()
+    parts = [t.category(name)[0][rows] for name in LIST_COLUMNS if name != "offer_id"]
+    parts += [_float_codes(np.nan_to_num(np.asarray(getattr(t, name), dtype=np.float64)[rows], nan=-1.0))
+              for name in ARRAY_COLUMNS]
+    parts += [_float_codes(np.nan_to_num(getattr(t, name)[k][rows], nan=-1.0)) for name in PRICE_COLUMNS for k in (0, 1)]
+    alone = np.zeros(t.n, dtype=bool)
+    alone[[r for _, r in t.terms] + list(t.extra_notes)] = True
+    parts.append(np.where(alone[rows], np.arange(1, len(rows) + 1), 0))
+    key = np.zeros(len(rows), dtype=np.int64)
+    for part in parts:  # one integer per class (mixed radix over the coded columns)
+        key = key * (int(part.max()) + 1) + part
+        if key.max() >= 1 << 40:  # renumbered before the next digit could overflow
+            key = _renumbered(key)
+    key = _renumbered(key)
+    counts = np.bincount(key)
+    if counts.max() < 2:
+        return Ties.none()
+    order = stable_order(key)  # by class, the offers' order within each
+    bounds = np.r_[0, np.cumsum(counts)]
+    members = rows[order]
+    first = np.ones(t.n, dtype=bool)
+    later = np.ones(len(rows), dtype=bool)
+    later[bounds[:-1]] = False
+    first[members[later]] = False
+    tied = np.flatnonzero(counts > 1)
+    klass = np.full(t.n, -1, dtype=np.int64)
+    klass[members[bounds[tied]]] = np.arange(len(tied))
+    in_tied = counts[key[order]] > 1  # the members of classes of two or more, still class by class
+    return Ties(first, klass, members[in_tied], np.r_[0, np.cumsum(counts[tied])])
 
 
 # Float comparisons in the first pass are made permissive by these (hours, quote-currency units):
@@ -1728,6 +1819,8 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
         notes.append(f"transfer speed not stated: assumed {DEFAULT_MBPS:g} Mbit/s")
     notes += [f"{t.offer.provider}/{t.offer.offer_id}: {n}" for n in t.notes]
     key += [f"{t.offer.provider}/{t.offer.offer_id}: {n}" for n in t.key_notes]
+    notes += [f"{c.offer.provider}/{c.offer.offer_id}: {planned.same_price[c.offer.key]}"
+              for c in ([v] if v is not None else []) + [t] if c.offer.key in planned.same_price]
     if t.offer.price_locked:
         notes.append(f"{t.offer.provider}: the hourly price is locked at order time until destroy")
         key.append(notes[-1])

@@ -41,6 +41,7 @@ from rentopt.optimizer.billing import (
     Bounds,
     Choice,
     PlanBill,
+    StageBill,
     Use,
     idle_choice,
     lease_bounds,
@@ -366,6 +367,7 @@ class _Pruned:
     # exact prices already worked out while pruning, for the search to reuse
     alone: dict[str, tuple[Decimal, bool]] = field(default_factory=dict)  # use id -> (known total, unknown?)
     bills: dict[tuple[str, str], PlanBill] = field(default_factory=dict)  # same-instance pair -> its plan
+    unrounded: dict[str, Decimal] = field(default_factory=dict)  # use id -> its bill before rounding to the cent
 
 
 def _score(inst: PlanInstance, total: Decimal, t: Candidate) -> Decimal:
@@ -501,32 +503,45 @@ class _Option:
     unknown: bool
     choice: Choice
     bill: PlanBill | None = None  # a lease's bill (kept: it carries the idle alternative)
+    unrounded: Decimal = Decimal(0)  # the bill before each line is rounded to the cent
 
     @property
-    def key(self) -> tuple[Decimal, bool, str]:
-        return (self.score, self.unknown, self.choice.train)
+    def key(self) -> tuple[Decimal, bool, Decimal, str]:
+        """Ranking: the score, fully priced first, then the exact bill (two plans equal to the
+        cent are told apart by their prices, 1.5756/h before 1.5759/h), then the id."""
+        return (self.score, self.unknown, self.unrounded, self.choice.train)
 
 
-def _alone_totals(uses: Iterable[Use], memo: dict[str, tuple[Decimal, bool]]) -> None:
-    """Each use's bill on an instance of its own (known total, unknown charges?), into `memo`."""
+def _alone_totals(uses: Iterable[Use], memo: dict[str, tuple[Decimal, bool]],
+                  unrounded: dict[str, Decimal] | None = None) -> None:
+    """Each use's bill on an instance of its own (known total, unknown charges?), into `memo`
+    (and its total before rounding into `unrounded`)."""
     for u in uses:
-        if u.id not in memo:
+        if u.id not in memo or (unrounded is not None and u.id not in unrounded):
             stages = price_alone(u)
             memo[u.id] = (sum((s.cost for s in stages), Decimal(0)), any(s.unknown for s in stages))
+            if unrounded is not None:
+                unrounded[u.id] = _unrounded(stages)
+
+
+def _unrounded(stages: Iterable[StageBill]) -> Decimal:
+    """The known charges of `stages` at their exact prices, before each line is rounded to the cent."""
+    return sum((ln.unit_price * ln.count for s in stages for ln in s.lines
+                if ln.cost is not None and ln.unit_price is not None), Decimal(0))
 
 
 def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int) -> list[PlanBill]:
     uses = inst.uses
     G = inst.idle_hours
-    alone = p.alone
-    _alone_totals((c.use for c in (*p.validate, *p.train)), alone)
+    alone, exact = p.alone, p.unrounded
+    _alone_totals((c.use for c in (*p.validate, *p.train)), alone, exact)
     budget = inst.budget
     best: dict[tuple[str, str], _Option] = {}
     for t in p.train:
         options: list[_Option] = []
         t_cost, t_unk = alone[t.id]
         if not p.validate:
-            options.append(_Option(_score(inst, t_cost, t), t_unk, Choice(None, t.id, None)))
+            options.append(_Option(_score(inst, t_cost, t), t_unk, Choice(None, t.id, None), unrounded=exact[t.id]))
         for v in p.validate:
             if not compatible(v, t):
                 continue
@@ -534,9 +549,11 @@ def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int) -> list[PlanBill]:
             v_cost, v_unk = alone[v.id]
             if (v.id, t.id) in p.leases:
                 chosen = _lease_bill(inst, v, t, p.bills)
-                options.append(_Option(_score(inst, chosen.total, t), bool(chosen.unknown), chosen.choice, chosen))
+                options.append(_Option(_score(inst, chosen.total, t), bool(chosen.unknown), chosen.choice, chosen,
+                                       _unrounded(chosen.stages)))
             elif destroy_ok:
-                options.append(_Option(_score(inst, v_cost + t_cost, t), v_unk or t_unk, Choice(v.id, t.id, "destroy")))
+                options.append(_Option(_score(inst, v_cost + t_cost, t), v_unk or t_unk, Choice(v.id, t.id, "destroy"),
+                                       unrounded=exact[v.id] + exact[t.id]))
         options = [o for o in options if budget is None or _total(o, alone) <= budget]
         if options:
             top = min(options, key=lambda o: o.key)

@@ -625,6 +625,23 @@ def test_the_same_offers_in_every_csv_dialect_give_byte_identical_quotes(tmp_pat
     assert answers[1:] == answers[:1] * 3
 
 
+def test_a_catalog_of_ties_is_planned_once_and_the_answer_names_every_member(tmp_path, rentopt_home):
+    """Seven zones of one seller at one price (every column equal but the id and the region),
+    and a dearer offer: the plan names the first zone and says "also at the same price: 6 more
+    offers" with the other six ids; a dearer zone of the same seller is not among them."""
+    header = "provider,offer_id,gpu,gpus,price_hour,currency,interconnect,region\n"
+    zones = "".join(f"alpha,z{i},H100-SXM-80GB,8,20.00,USD,nvlink,zone-{i}\n" for i in range(1, 8))
+    quote = _quote_offers_file(tmp_path, header + zones + "alpha,dear,H100-SXM-80GB,8,20.01,USD,nvlink,zone-9\n"
+                                                   "beta,b1,H100-SXM-80GB,8,30.00,USD,nvlink,x\n", "--days", "1")
+    best = quote["plans"][0]
+    assert {s["offer_id"] for s in best["stages"]} == {"z1"}
+    assert "alpha/z1: also at the same price: 6 more offers (z2, z3, z4, z5, z6, z7)" in best["notes"]
+    assert not any("dear" in n for n in best["notes"])
+    train = {s["kind"]: s["offer_id"] for s in quote["plans"][1]["stages"]}["train"]
+    assert train == "b1"  # the next group trains, not a tied zone
+    assert quote["rejected_count"] == 0
+
+
 def test_two_spellings_of_one_gpu_are_one_node_shape(tmp_path, rentopt_home):
     """An offers file codes cells by spelling: "H100 SXM" and "H100-SXM-80GB" are two codes of
     one card. Both offers must be planned: when the planner grouped rows by those codes, two

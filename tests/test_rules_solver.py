@@ -104,3 +104,13 @@ def test_the_budget_holds_when_every_combination_is_enumerated():
     for prune_first in (True, False):
         plans = solve(inst, top_k=2, method="enumeration", prune_first=prune_first).plans
         assert [(p.choice.train, p.total) for p in plans] == [("ta", D("20.00"))]
+
+
+@pytest.mark.parametrize("prune_first", [True, False])
+def test_plans_equal_to_the_cent_are_told_apart_by_their_exact_price(prune_first):
+    # One group, 1 h of training each: 1.5759/h and 1.5756/h both bill 1.58 to the cent. The one
+    # at 1.5756/h is the cheaper by its exact price and wins, although its id sorts last.
+    dear, cheap = terms("a1", "1.5759", "pa"), terms("a2", "1.5756", "pa")
+    inst = PlanInstance((), (train("a-dear", dear, "1"), train("z-cheap", cheap, "1")))
+    [plan] = solve(inst, top_k=1, method="enumeration", prune_first=prune_first).plans
+    assert (plan.choice.train, plan.total) == ("z-cheap", D("1.58"))

@@ -260,6 +260,10 @@ def offers(draw, most: int = 4, providers: tuple[str, ...] = ("a", "b"), cards: 
             net_up_mbps=draw(st.sampled_from([100.0, 1000.0, 10000.0])),
             net_down_mbps=draw(st.sampled_from([100.0, 1000.0, 10000.0])),
         ))
+    # ties: the same offer again under another id and region (a cloud's zones, a seller's
+    # listings), which the planner plans once and names; brute force prices every one
+    for n, twin in enumerate(draw(st.lists(st.sampled_from(out), max_size=2))):
+        out.append(twin.model_copy(update={"offer_id": f"{twin.offer_id}-tie{n}", "region": f"zone-{n}"}))
     return out
 
 

@@ -7,8 +7,9 @@ Each quote is a fresh process (`python -c "from rentopt.optimizer.cli import mai
 ...`), timed wall-clock, best and median of --repeat runs after one untimed warm-up, with its
 peak RSS (the child's own ru_maxrss, from os.wait4; the offers are written by separate
 interpreters so the bench process stays small). The import floor is timed the same way in
-the same interpreter: Python + click + tabulate + OR-Tools' CP-SAT extension, what any quote
-process loads before it reads an offer (issue 11's floor). Reported per size: the ratio of the
+the same interpreter: Python and the libraries a quote really imports (click, tabulate, numpy,
+pydantic, platformdirs, pyarrow's CSV reader; OR-Tools and pandas load only when a CP-SAT model
+is built), and, where polars is installed, polars' own read + argmin of the same file. Reported per size: the ratio of the
 best to the best floor, the median ratio of runs each paired with a floor run just before it
 ("x paired": the figure to read on a machine whose speed drifts), and the cost growth in
 microseconds per offer ((time - floor) / offers).
@@ -39,7 +40,16 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import marketplace  # noqa: E402
 
 JOB = ["--model", "13b", "--mode", "lora", "--days", "10"]
-FLOOR = "import click, tabulate; from ortools.sat.python import cp_model"
+# The libraries a quote really imports (ortools and pandas load only when a CP-SAT model is built).
+FLOOR = "import click, tabulate, numpy, pydantic, platformdirs, pyarrow.csv, pyarrow.compute"
+# polars' own read of the same file and argmin of its hourly prices: the physical floor of
+# "read the offers, find the cheapest" (optional: skipped where polars is not installed).
+POLARS = """
+import sys, polars as pl
+df = pl.read_csv(sys.argv[1], infer_schema=False)
+df.select(pl.col("price_hour").cast(pl.Float64, strict=False).arg_min()).item()
+"""
+WRITERS = {"marketplace": "write_csv", "spreadsheet": "write_spreadsheet_csv", "ties": "write_ties_csv"}
 
 
 # One quote in a child process, timed by phase: what reading the offers costs (load_offers and
@@ -117,6 +127,12 @@ def timed(argv: list[str], env: dict[str, str], repeat: int, timeout: float,
         statistics.median(ratios) if ratios else None
 
 
+def _has_polars() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("polars") is not None
+
+
 def fill_store(home: Path, n: int) -> float:
     """Write the store in a separate interpreter: Linux counts a child's RSS before exec in its
     ru_maxrss, so a bench process holding a million offers would inflate every quote's peak."""
@@ -143,6 +159,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,10000,100000,1000000")
     ap.add_argument("--sources", default="csv,store")
+    ap.add_argument("--shape", choices=sorted(WRITERS), default="marketplace",
+                    help="marketplace: LF, unquoted; spreadsheet: the same offers with a BOM, CRLF, every cell "
+                         "quoted; ties: 300 sellers, mostly CNY monthly prices, one price per card and seller")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--data", type=Path, help="keep the offers files and stores in this folder and reuse them "
@@ -151,8 +170,8 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     floor_argv = [sys.executable, "-c", FLOOR]
     floor_best, floor_median, floor_rss, _ = timed(floor_argv, env, max(args.repeat, 5), 60)
-    print(f"import floor (python + click + tabulate + CP-SAT): best {floor_best:.3f} s, median {floor_median:.3f} s, "
-          f"{floor_rss / 1024:.0f} MB")
+    print(f"import floor (python + the libraries a quote imports): best {floor_best:.3f} s, "
+          f"median {floor_median:.3f} s, {floor_rss / 1024:.0f} MB")
     quote = [sys.executable, "-c", "from rentopt.optimizer.cli import main; main()", "quote", *JOB]
     print(f"{'offers':>9} {'source':<6} {'best s':>7} {'median s':>8} {'x floor':>7} {'x paired':>8} {'us/offer':>8} "
           f"{'peak MB':>8}")
@@ -166,9 +185,10 @@ def main() -> None:
                 home.mkdir(exist_ok=True)
                 run_env = {**env, "RENTOPT_HOME": str(home)}
                 if source == "csv":
-                    path = folder / f"offers-{n}.csv"
+                    path = folder / f"offers-{args.shape}-{n}.csv"
                     if not (kept and path.exists()):
-                        subprocess.run([sys.executable, __file__, "--write-csv", str(path), str(n)], check=True)
+                        subprocess.run([sys.executable, __file__, "--write-csv", str(path), str(n), args.shape],
+                                       check=True)
                     argv = [*quote, "--offers-file", str(path)]
                 else:
                     if not (kept and (home / "prices.sqlite").exists()):
@@ -183,12 +203,17 @@ def main() -> None:
                 print(f"{n:>9,} {source:<6} {best:>7.3f} {median:>8.3f} {best / floor_best:>7.2f} {paired or 0:>8.2f} "
                       f"{(best - floor_best) / n * 1e6:>8.2f} {rss / 1024:>8.0f}")
                 print(f"          {phases(str(path) if source == 'csv' else '', run_env)}")
+                if source == "csv" and _has_polars():
+                    lib = timed([sys.executable, "-c", POLARS, str(path)], env, repeat, args.timeout)
+                    print(f"          polars read+argmin: best {lib[0]:.3f} s, {lib[2] / 1024:.0f} MB; "
+                          f"quote / polars {best / lib[0]:.2f}x")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--fill-store"]:
         print(_fill_store(Path(sys.argv[2]), int(sys.argv[3])))
     elif sys.argv[1:2] == ["--write-csv"]:
-        marketplace.write_csv(Path(sys.argv[2]), int(sys.argv[3]))
+        getattr(marketplace, WRITERS[sys.argv[4] if len(sys.argv) > 4 else "marketplace"])(Path(sys.argv[2]),
+                                                                                          int(sys.argv[3]))
     else:
         main()

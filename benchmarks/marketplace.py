@@ -96,3 +96,50 @@ def by_provider(n: int, seed: int = 1, chunk: int = 50_000) -> Iterator[tuple[st
         for o in offers:
             grouped.setdefault(o.provider, []).append(o)
         yield from grouped.items()
+
+
+def write_spreadsheet_csv(path, n: int, seed: int = 1) -> None:  # noqa: ANN001 - a path
+    """The same offers as `write_csv`, saved the way a spreadsheet or Python's csv module saves
+    them: a byte-order mark, CRLF line ends, every cell quoted."""
+    import csv
+
+    columns = HEADER.split(",")
+    with open(path, "w", encoding="utf-8-sig", newline="") as fp:
+        writer = csv.writer(fp, quoting=csv.QUOTE_ALL)  # lineterminator CRLF, the csv module's default
+        writer.writerow(columns)
+        writer.writerows([cells.get(c, "") for c in columns] for cells in rows(n, seed))
+
+
+# Sellers of the second shape: many of them, most pricing in CNY by the month (China's rental
+# platforms), a few spellings each, and one price per card and seller repeated over its listings.
+TIE_SELLERS = [(f"seller{i:03d}", "USD" if i % 10 == 0 else "CNY") for i in range(300)]
+
+
+def tie_rows(n: int, seed: int = 2) -> Iterator[dict[str, str]]:
+    """`n` offers with many ties: each seller lists each card many times at one price (its
+    monthly price in CNY, an hourly one for the USD sellers), across regions."""
+    rng = random.Random(seed)
+    price: dict[tuple[str, str, int], Decimal] = {}
+    for i in range(n):
+        provider, currency = TIE_SELLERS[rng.randrange(len(TIE_SELLERS))]
+        raw, _, base, link = CARDS[rng.randrange(len(CARDS))]
+        gpus = rng.choice((1, 2, 4, 8))
+        key = (provider, raw, gpus)
+        if key not in price:
+            price[key] = Decimal(base) * rng.randint(70, 150) / 100 * gpus
+        per_hour = price[key]
+        cells = {"provider": provider, "offer_id": f"{provider}-{i}", "gpu": raw, "gpus": str(gpus),
+                 "currency": currency, "interconnect": link if gpus > 1 else "", "region": REGIONS[i % len(REGIONS)],
+                 "spot": "no"}
+        if currency == "CNY":
+            cells["price_month"] = str((per_hour * CNY_PER_USD * 730 * Decimal("0.55")).quantize(CENT))
+        else:
+            cells["price_hour"] = str(per_hour.quantize(CENT))
+        yield cells
+
+
+def write_ties_csv(path, n: int, seed: int = 2) -> None:  # noqa: ANN001 - a path
+    columns = HEADER.split(",")
+    with open(path, "w", encoding="utf-8") as fp:
+        fp.write(HEADER + "\n")
+        fp.writelines(",".join(cells.get(c, "") for c in columns) + "\n" for cells in tie_rows(n, seed))

@@ -160,6 +160,29 @@ class HttpSettings:
         return cls(timeout_s=s.http_timeout_s, retries=s.http_retries, budget_s=s.refresh_budget_s)
 
 
+# What a socket says when the machine has no network at all (glibc getaddrinfo's EAI_NONAME /
+# EAI_AGAIN texts, and ENETUNREACH), as httpx passes them on in its ConnectError.
+_NO_NETWORK_WORDS = ("name or service not known", "temporary failure in name resolution",
+                     "nodename nor servname provided", "no address associated with hostname",
+                     "network is unreachable")
+
+
+def no_network(exc: BaseException) -> bool:
+    """Whether a transport error means there is no network (not a server that failed for a moment).
+
+    >>> no_network(httpx.ConnectError("[Errno -3] Temporary failure in name resolution"))
+    True
+    >>> no_network(httpx.ConnectError("[Errno 111] Connection refused"))
+    False
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if any(w in str(seen).lower() for w in _NO_NETWORK_WORDS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _attempts(n: int) -> str:
     return f"{n} attempt" + ("s" if n != 1 else "")
 
@@ -414,6 +437,10 @@ class FetchContext:
                     f"Content-Encoding (gzip, deflate, br) or charset ({exc})"
                 ) from None
             except httpx.TransportError as exc:
+                if no_network(exc):
+                    # No route or no name resolution: this machine is offline (or the name does
+                    # not exist). Waiting seconds does not change that, so it is not retried.
+                    raise self.error(f"no network: {type(exc).__name__}: {exc} (not retried)") from None
                 if attempt > self.settings.retries:
                     raise self.error(f"connection failed after {_attempts(attempt)}: {type(exc).__name__}: {exc}") from None
                 await self._retry(attempt, f"connection failed ({type(exc).__name__})", method, url)

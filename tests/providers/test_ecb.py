@@ -4,6 +4,8 @@ recorded file (fixtures/ecb/): parsed into the store, and a failure that loses n
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import replace
 from datetime import date
 from decimal import Decimal
 
@@ -113,3 +115,22 @@ def test_a_429_is_retried_after_its_retry_after_and_a_long_one_is_not_waited_for
     assert outcome.status == "ok" and calls == 2 and outcome.rows
     outcome, calls = asyncio.run(fetch([httpx.Response(429, headers={"Retry-After": "3600"}), recorded]))
     assert outcome.status == "failed" and calls == 1 and "rate limited (HTTP 429); Retry-After 3600 s is too long" in outcome.error
+
+
+def test_offline_the_exchange_rates_fail_at_once_without_retries(ecb_http, monkeypatch):
+    """No name resolution means no network: one attempt, no backoff (it took ~2.6 s of retries)."""
+    calls = []
+
+    def offline(request):
+        calls.append(request)
+        raise httpx.ConnectError("[Errno -3] Temporary failure in name resolution")
+
+    async def fetch():
+        with respx.mock() as router:
+            serve_ecb(router, side_effect=offline)
+            return await fetch_reference_rates(replace(FAST, retries=3, backoff_s=5.0))
+
+    started = time.monotonic()
+    outcome = asyncio.run(fetch())
+    assert len(calls) == 1 and time.monotonic() - started < 2.0
+    assert outcome.status == "failed" and "no network" in outcome.error and "not retried" in outcome.error

@@ -404,11 +404,12 @@ def build_report(request: ReportRequest, fx: FxTable) -> Report:
                      "(the store was written by another version; `rentopt refresh` rewrites it)")
     workloads = list(reference_workloads())
     workloads += [w for w in request.workloads if w.key not in {r.key for r in workloads}]
+    by_provider = provider_sets(offers)
     return Report(
         generated_at=now, origin=offers.origin, label=offers.label, currency=currency,
         fx=fx.rates_used(priced, to_ccy=currency),
         since=request.since, since_text=request.since_text, freshness=facts.freshness, prices=prices,
-        chart_gpus=pick_chart_gpus(prices), jobs=[price_workload(w, offers, providers, fx, currency) for w in workloads],
+        chart_gpus=pick_chart_gpus(prices), jobs=[price_workload(w, by_provider, providers, fx, currency) for w in workloads],
         history=facts.history, moves=facts.moves, history_note=facts.history_note, notes=notes, providers=providers,
         gpus=request.gpus, min_gpu_memory_gb=request.min_gpu_memory_gb, filter_text=filter_text,
     )
@@ -586,14 +587,31 @@ def pick_chart_gpus(prices: Sequence[GpuPrices], limit: int = CHART_GPUS) -> lis
     return [g.spec.id for g in ranked[:limit]]
 
 
-def price_workload(workload: Workload, offers: OfferSet, providers: Sequence[str], fx: FxTable,
+def provider_sets(offers: OfferSet) -> dict[str, OfferSet]:
+    """Each provider's offers as a set of its own, for planning one provider at a time. A price the
+    whole catalog holds out as suspect (far below every other seller of the GPU) is left out here
+    too: planned alone, a provider has no other sellers to be compared with."""
+    from rentopt.optimizer.suspect import suspect_offers
+
+    held = suspect_offers(offers.offers)
+    mine: dict[str, list[Offer]] = defaultdict(list)
+    for o in offers.offers:
+        if o.key not in held:
+            mine[o.provider].append(o)
+    return {p: replace(offers, offers=group) for p, group in mine.items()}
+
+
+def price_workload(workload: Workload, by_provider: dict[str, OfferSet], providers: Sequence[str], fx: FxTable,
                    currency: str) -> WorkloadJobs:
     """The best plan at each provider (the planner on that provider's offers alone)."""
     rows = []
     for p in providers:
-        mine = replace(offers, offers=[o for o in offers.offers if o.provider == p])
         request = QuoteRequest(model=workload.model, setup=TrainingSetup(mode=workload.mode), days=workload.days,
                                tokens=workload.tokens, currency=currency, top=1)
+        mine = by_provider.get(p)
+        if mine is None:
+            rows.append(JobRow(p, None, "no offers (every price held out as suspect)"))
+            continue
         try:
             quote = build_quote(request, mine, fx, list_rejected=False)
         except NoFeasiblePlan as exc:

@@ -48,6 +48,7 @@ from rentopt.optimizer.report import (
     md,
     parse_since,
     parse_workload,
+    provider_sets,
     history_points_by_key,
     history_series,
     render_html,
@@ -648,7 +649,7 @@ def test_an_unknown_charge_is_shown_as_unknown_never_as_free_and_ranks_after_a_f
     offer_set = OfferSet(offers=offers, origin="offers-file", prices_as_of=when, label="test",
                          provenance={p: Provenance(p, when, "hand-made", 1, origin="offers-file") for p in ("aaa", "bbb")})
     fx = FxTable.load(histories=[ECB_OCT_30])
-    jobs = price_workload(parse_workload("7b qlora 1d"), offer_set, ["aaa", "bbb"], fx, "USD")
+    jobs = price_workload(parse_workload("7b qlora 1d"), provider_sets(offer_set), ["aaa", "bbb"], fx, "USD")
     first, second = jobs.rows
     assert first.plan.total == second.plan.total  # the known parts tie
     assert (first.provider, second.provider) == ("bbb", "aaa")
@@ -665,3 +666,22 @@ def test_an_unknown_charge_is_shown_as_unknown_never_as_free_and_ranks_after_a_f
     from rentopt.optimizer.report import _job_json
     as_json = _job_json(second)
     assert as_json["unknown_line_items"] == ["egress"] and as_json["unknown_charges"] == second.plan.unknown_charges
+
+
+def test_a_suspect_price_is_held_out_of_the_report_too():
+    """Planned alone, a provider has no other sellers to be compared with: the catalog-wide
+    suspect rule must still hold its price out. Sellers of the H100 at 2.00, 2.50, 3.00 and 0.30
+    USD an hour: the others' median 2.50, a fifth of it 0.50 > 0.30, so "cheap" is suspect and has
+    nothing left to plan with; the report says so instead of a 0.30-an-hour plan."""
+    from rentopt.optimizer.catalog import OfferSet
+    from rentopt.optimizer.currency import FxTable
+    from rentopt.optimizer.report import parse_workload, price_workload, provider_sets
+    from tests.test_honest_prices import MARKET, h100s
+
+    offers = OfferSet(offers=h100s(*MARKET), origin="offers-file", provenance={}, prices_as_of=None, label="test")
+    by_provider = provider_sets(offers)
+    assert sorted(by_provider) == ["a", "b", "c"]
+    job = price_workload(parse_workload("7b lora 1d"), by_provider, ["a", "b", "c", "cheap"], FxTable.load(), "USD")
+    rows = {r.provider: r for r in job.rows}
+    assert rows["cheap"].plan is None and "suspect" in rows["cheap"].reason
+    assert all(rows[p].plan is not None for p in "abc")

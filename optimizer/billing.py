@@ -42,12 +42,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date
-from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import Literal, NamedTuple
-
-import numpy as np
 
 from rentopt.optimizer.currency import FxTable, round_money
 from rentopt.optimizer.models import UNIT_HOURS, Offer, PriceUnit
@@ -56,9 +54,8 @@ __all__ = [
     "Block", "RentalPricing", "IntegerPricing", "Cover", "Terms", "Use", "Line", "StageBill", "Choice", "PlanBill",
     "Bounds", "IdleOption", "QUANTUM", "SCALE", "SECONDS_PER_HOUR", "quantize_money", "round_money",
     "rental_pricing", "in_quote_currency", "offer_terms", "seconds_to_cover", "billed_metered_seconds", "cover_in_units",
-    "cheapest_cover", "cover_alternatives", "explain_cover", "cover_notes", "lease_cover_notes", "transfer_hours", "storage_line", "transfer_line",
-    "price_alone", "price_lease", "lease_refusal", "idle_choice", "price_plan", "use_bounds", "lease_bounds",
-    "PriceColumns", "alone_bounds_arrays", "lease_bounds_arrays",
+    "cheapest_cover", "cover_alternatives", "explain_cover", "cover_notes", "lease_cover_notes", "storage_line", "transfer_line",
+    "price_alone", "price_lease", "lease_refusal", "idle_choice", "price_plan", "use_bounds", "lease_bounds", "rounding_slack",
 ]
 
 SECONDS_PER_HOUR = 3600
@@ -648,21 +645,6 @@ def transfer_line(terms: Terms, gb: Decimal, what: Literal["egress", "ingress"],
     return Line(what, "GB", gb, price, round_money(price * gb, terms.currency), note=note)
 
 
-def transfer_hours(gb: Decimal, mbps: float | Decimal | None) -> Decimal | None:
-    """Hours to move `gb` (1e9 bytes) at `mbps` (1e6 bit/s), rounded up to 1e-6 h; None if unknown.
-
-    >>> transfer_hours(Decimal(500), 1000)
-    Decimal('1.111112')
-    """
-    if mbps is None:
-        return None
-    rate = Decimal(str(mbps))
-    if not rate > 0:
-        return None
-    seconds = gb * 8000 / rate  # GB -> 8e9 bit; Mbps -> 1e6 bit/s
-    return (seconds / SECONDS_PER_HOUR).quantize(QUANTUM, rounding=ROUND_CEILING)
-
-
 def _compute_lines(pricing: RentalPricing, counts: Sequence[int], metered_s: int, nodes: int,
                    currency: str, note: str = "") -> list[Line]:
     """Lines for a cover (block counts in `pricing.blocks` order, billed metered seconds) on `nodes` nodes."""
@@ -1096,14 +1078,14 @@ def _fixed(lines: Sequence[Line | None]) -> tuple[Decimal, bool]:
     return known, unknown
 
 
-def _slack(currency: str) -> Decimal:
+def rounding_slack(currency: str) -> Decimal:
     """What rounding each line to the minor unit can move a total by."""
     unit = round_money(Decimal(0), currency).as_tuple().exponent
     return Decimal(1).scaleb(unit) * LINE_ROUNDING  # type: ignore[arg-type]
 
 
 def _bounds(lo: Fraction, hi: Fraction, fixed: Decimal, unknown: bool, currency: str) -> Bounds:
-    slack = _slack(currency)
+    slack = rounding_slack(currency)
     return Bounds(_to_decimal(lo) + fixed - slack, _to_decimal(hi) + fixed + slack, unknown)
 
 
@@ -1146,255 +1128,3 @@ def lease_bounds(v: Use, t: Use, idle_hours: Decimal) -> Bounds | None:
         transfer_line(terms, t.import_gb * others, "ingress") if others else None,
         transfer_line(terms, t.out_gb, "egress")])
     return _bounds(lo, hi, fixed, unknown, terms.currency)
-
-
-# --------------------------------------------------------------------------------------------
-# Rough bounds as arrays: the same rules over many candidates at once (the planner's first pass)
-#
-# The first pass over a large catalog bounds every stage option from the offers' raw prices in
-# floats, as array arithmetic over an OfferTable, so that exact Terms and Decimal bills are built
-# only for the few options that can still be among the best plans. Every bound is widened by the
-# rounding of bill lines and float error, so a rough bound never excludes what the exact bill
-# includes (tests/test_billing.py checks it against the exact pricer).
-
-
-class _Metered:
-    """Metered cost of seconds for some rows: granularity and minimum applied, 0 for none, NaN
-    where the row has no metered price."""
-
-    def __init__(self, hourly: np.ndarray, granularity: np.ndarray, minimum: np.ndarray):
-        self.hourly, self.granularity, self.minimum = hourly, granularity, minimum
-
-    def __call__(self, s: np.ndarray) -> np.ndarray:
-        g = self.granularity
-        return np.where(s > 0, self.hourly * np.maximum(self.minimum, np.ceil(s / g) * g) / SECONDS_PER_HOUR, 0.0)
-
-    def at(self, index: np.ndarray) -> _Metered:
-        return _Metered(self.hourly[index], self.granularity[index], self.minimum[index])
-
-
-class PriceColumns:
-    """One kind of price (on-demand or interruptible) of an OfferTable's rows, in the quote currency.
-
-    `factor[row]` converts the row's currency into the quote currency at the rate of its price's
-    day. Used with row-index arrays: every method returns one value per candidate.
-    """
-
-    def __init__(self, table, kind: int, factor: np.ndarray, currency: str):  # type: ignore[no-untyped-def]
-        self.t, self.kind, self.factor = table, kind, factor
-        self.hourly = table.hourly[kind] * factor
-        self.day = table.day[kind] * factor
-        self.week = table.week[kind] * factor
-        self.month = table.month[kind] * factor
-        self.terms = {row: tuple((h, p * factor[row]) for h, p in blocks)
-                      for (k, row), blocks in table.terms.items() if k == kind}
-        self.slack = float(_slack(currency))
-        codes, rules = table.category("stopped_bills")
-        # compared once per distinct rule, then spread by code (not a string compare per row)
-        self.everything = np.array([r == "everything" for r in rules], dtype=bool)[codes]
-        self.nothing = np.array([r == "nothing" for r in rules], dtype=bool)[codes]
-        self.metered_only = np.isnan(self.day) & np.isnan(self.week) & np.isnan(self.month)
-        for row in self.terms:
-            self.metered_only[row] = False
-        with np.errstate(invalid="ignore"):
-            floor = np.fmin(np.fmin(self.hourly, self.day / 24), np.fmin(self.week / 168, self.month / table.month_hours))
-        for row, blocks in self.terms.items():
-            floor[row] = np.fmin(floor[row], min(p / h for h, p in blocks))
-        self.floor_per_hour = floor
-
-    def _covers(self, rows: np.ndarray, s: np.ndarray, floor: np.ndarray | None
-                ) -> tuple[np.ndarray, np.ndarray | None]:
-        """(an upper bound, a lower bound or None) on the cheapest cover of `s` seconds, per node.
-
-        Metered-only rows: both are the metered cost. Rows with blocks (`_block_covers`): the
-        upper one the cheapest of some whole covers, the lower one valid for every cover.
-        """
-        t = self.t
-        metered = _Metered(self.hourly[rows], t.granularity_s[rows], t.minimum_s[rows])
-        hi = metered(s)
-        lo = None if floor is None else hi.copy()
-        blocky = np.flatnonzero(~self.metered_only[rows])
-        if len(blocky):
-            sub = rows[blocky]
-            blocks = [(self.day[sub], np.full(len(sub), 86400.0)), (self.week[sub], np.full(len(sub), 604800.0)),
-                      (self.month[sub], t.month_hours[sub] * 3600.0)]
-            b_hi, b_lo = self._block_covers(metered.at(blocky), blocks, s[blocky],
-                                            None if floor is None else floor[blocky], self.hourly[sub])
-            hi[blocky] = b_hi
-            if lo is not None:
-                lo[blocky] = b_lo
-        if self.terms:
-            for i in np.flatnonzero(np.isin(rows, list(self.terms))):
-                for hours, price in self.terms[int(rows[i])]:
-                    hi[i] = np.fmin(hi[i], np.ceil(s[i] / (hours * 3600)) * price)
-                    if lo is not None and floor is not None:  # a cover using this term pays it once at least
-                        lo[i] = np.fmin(lo[i], price + floor[i] * max(0.0, s[i] - hours * 3600))
-        return hi, lo
-
-    def _block_covers(self, metered: _Metered, blocks: list[tuple[np.ndarray, np.ndarray]], s: np.ndarray,
-                      floor: np.ndarray | None, hourly: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """Bounds for rows that sell day, week or month blocks (price NaN: that block is not sold).
-
-        Upper: the cheapest of some whole covers -- one option alone; whole copies of one block
-        (or of a longer then a shorter one) with the rest paid by one option alone (1 week and 3
-        days for 240 h where days alone cost more).
-        Lower: a cover meters all the time, or buys exactly one block and meters the rest, or buys
-        at least two blocks b1, b2 and pays for the rest at no better than the cheapest rate per
-        second among the options an optimal cover can use: a block dearer than the upper bound
-        is never in one (a month bought for a 240 h job is dearer than a week and 3 days).
-        """
-        def single(x: np.ndarray) -> np.ndarray:
-            cost = metered(x)
-            for price, length in blocks:
-                cost = np.fmin(cost, np.ceil(x / length) * price)
-            return np.where(x > 0, cost, 0.0)
-
-        hi = single(s)
-        for i, (p1, l1) in enumerate(blocks):
-            c1 = np.floor(s / l1)
-            r1 = s - c1 * l1
-            hi = np.fmin(hi, c1 * p1 + single(r1))
-            for p2, l2 in blocks[:i]:  # shorter blocks
-                c2 = np.floor(r1 / l2)
-                hi = np.fmin(hi, c1 * p1 + c2 * p2 + single(r1 - c2 * l2))
-        if floor is None:
-            return hi, None
-        usable = hi * (1 + 1e-9) + self.slack  # a block dearer than this is in no optimal cover
-        rate = hourly / SECONDS_PER_HOUR
-        for price, length in blocks:
-            rate = np.fmin(rate, np.where(price <= usable, price / length, np.nan))
-        rate = np.fmax(np.nan_to_num(rate, nan=np.inf), floor)  # never below the cheapest rate of all
-        lo = metered(s)
-        for i, (p1, l1) in enumerate(blocks):
-            lo = np.fmin(lo, p1 + metered(s - l1))
-            for p2, l2 in blocks[:i + 1]:
-                lo = np.fmin(lo, p1 + p2 + rate * np.maximum(0.0, s - l1 - l2))
-        return hi, lo
-
-    def alone_floor(self, rows: np.ndarray, hours: np.ndarray) -> np.ndarray:
-        """A lower bound on the compute of one node of each row running `hours` on its own (a
-        stage alone on its instance): a cover buys no block and meters all the time (at least
-        the metered cost) or buys one at least (at least the cheapest block's or term's price),
-        and never pays less than the cheapest rate x hours. Exact for a metered-only row. NaN
-        where the row has no price of this kind. No block covers are worked out (`compute_bounds`
-        does), so it bounds a million candidates: a 4 h validation on an offer with a cheap
-        month is bounded by its hourly price, not by a 730 h block's rate."""
-        seconds = _array_seconds(hours).astype(np.float64)
-        metered = _Metered(self.hourly[rows], self.t.granularity_s[rows], self.t.minimum_s[rows])(seconds)
-        with np.errstate(invalid="ignore"):
-            block = np.fmin(np.fmin(self.day[rows], self.week[rows]), self.month[rows])
-        if self.terms:
-            for i in np.flatnonzero(np.isin(rows, list(self.terms))):
-                block[i] = np.fmin(block[i], min(p for _, p in self.terms[int(rows[i])]))
-        return np.fmax(self.floor_per_hour[rows] * hours, np.fmin(metered, block))
-
-    def single(self, rows: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-        """An upper bound on the cheapest cover of `seconds` of running time (per node)."""
-        cost, _ = self._covers(rows, seconds.astype(np.float64), None)
-        return np.where(seconds > 0, cost, 0.0)
-
-    def compute_bounds(self, rows: np.ndarray, seconds: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bounds on the cheapest cover of `seconds` per node, times `nodes` (see `_covers`);
-        the lower one never below floor x seconds, both exact for metered-only offers."""
-        lo, hi = self._cover_bounds(rows, seconds)
-        return lo * nodes, hi * nodes
-
-    def _cover_bounds(self, rows: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        s = seconds.astype(np.float64)
-        floor = self.floor_per_hour[rows] / SECONDS_PER_HOUR
-        single, lo = self._covers(rows, s, floor)
-        running = seconds > 0
-        hi = np.where(running, single, 0.0)
-        lo = np.where(running, np.maximum(lo, floor * s), 0.0)  # type: ignore[arg-type]
-        return np.where(self.metered_only[rows], hi, lo), hi
-
-    def rate(self, column: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """A per-unit price column (disk, transfers) of `rows` in the quote currency."""
-        return column[rows] * self.factor[rows]
-
-    def disk(self, rows: np.ndarray, gb: float, nodes: np.ndarray | int, hours: np.ndarray,
-             rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(known cost, unknown?) of `gb` per node kept for `hours` at `rate` (already converted)."""
-        billable = np.maximum(0.0, gb - self.t.free_disk_gb[rows]) * nodes
-        owed = (billable > 0) & (hours > 0)
-        cost = np.where(owed & ~np.isnan(rate), np.nan_to_num(rate) * billable * hours / self.t.month_hours[rows], 0.0)
-        return cost, owed & np.isnan(rate)
-
-    @staticmethod
-    def move(gb: np.ndarray | float, rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        owed = np.asarray(gb) > 0
-        return np.where(owed & ~np.isnan(rate), np.nan_to_num(rate) * gb, 0.0), owed & np.isnan(rate)
-
-    def widen(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        pad = self.slack + 1e-9 * np.maximum(1.0, np.abs(hi))
-        return lo - pad, hi + pad
-
-
-def _array_seconds(hours: np.ndarray) -> np.ndarray:
-    """`seconds_to_cover` over float hours: whole seconds, rounded up. Float error must not add a
-    second (0.05 h + 0.5 h is 1980.0000000000002 s, one granule more at 60 s granularity); exact
-    hours lie on a 1e-6 h grid (0.0036 s), so anything within 1e-6 s of a whole second is that second."""
-    return np.ceil(hours * SECONDS_PER_HOUR - 1e-6).astype(np.int64)
-
-
-def alone_bounds_arrays(p: PriceColumns, rows: np.ndarray, kind: str, nodes: np.ndarray, hours: np.ndarray,
-                        disk_gb: float, import_gb: float, out_gb: float,
-                        out_hours: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`use_bounds` over many candidates: (lo, hi, unknown) of each stage on its own instance."""
-    t = p.t
-    running = hours + (out_hours if kind == "validate" and out_hours is not None else 0.0)
-    seconds = _array_seconds(running)
-    lo, hi = p.compute_bounds(rows, seconds, nodes)
-    disk, u1 = p.disk(rows, disk_gb, nodes, running, p.rate(t.storage, rows))
-    imp, u2 = p.move(import_gb * nodes, p.rate(t.ingress, rows))
-    out, u3 = p.move(np.full(len(rows), out_gb), p.rate(t.egress, rows))
-    fixed = disk + imp + out
-    lo, hi = p.widen(lo + fixed, hi + fixed)
-    return lo, hi, u1 | u2 | u3
-
-
-def lease_bounds_arrays(p: PriceColumns, rows: np.ndarray, v_hours: np.ndarray, t_hours: np.ndarray,
-                        nodes: np.ndarray, idle_hours: float, v_disk: float, t_disk: float, import_gb: float,
-                        out_gb: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`lease_bounds` over many (validation, training) pairs on their rows' instances.
-
-    Returns (allowed, lo, hi, unknown); `allowed` is False only where the lease is surely refused
-    (permissive at the float boundary: the exact pass decides the rest).
-    """
-    t = p.t
-    stopped_max, max_hours = t.stopped_max_hours[rows], t.max_hours[rows]
-    allowed = np.ones(len(rows), dtype=bool)
-    if idle_hours > 0:
-        allowed &= ~(stopped_max + 1e-6 < idle_hours)  # NaN (no retention limit) compares False
-    allowed &= ~(max_hours + 1e-6 < v_hours + t_hours + idle_hours)
-    sv, st = _array_seconds(v_hours), _array_seconds(t_hours)
-    sg = int(math.ceil(idle_hours * SECONDS_PER_HOUR))
-    full_gap = p.everything[rows]
-    one_session = full_gap | (sg == 0)
-    ones = np.ones(len(rows), dtype=np.int64)
-    whole = sv + st + np.where(full_gap, sg, 0)
-    lo_a, hi_a = p.compute_bounds(rows, whole, ones)
-    hi_b = p.single(rows, sv) + p.single(rows, st)
-    # Two sessions: blocks may span the gap, so they cover the two runs' time together at best
-    # (metered billing is subadditive: one session never bills more than the two); metered-only
-    # offers bill each session exactly.
-    lo_b = np.where(p.metered_only[rows], hi_b, lo_a)  # `whole` is sv + st where the gap is not billed
-    lo, hi = np.where(one_session, lo_a, lo_b), np.where(one_session, hi_a, hi_b)
-    others = nodes - 1
-    o_lo, o_hi = p.compute_bounds(rows, st, others)
-    lo, hi = lo + o_lo, hi + o_hi
-    storage, ingress = p.rate(t.storage, rows), p.rate(t.ingress, rows)
-    parts = [p.disk(rows, v_disk, ones, v_hours, storage), p.move(import_gb, ingress),
-             p.disk(rows, t_disk, nodes, t_hours, storage), p.move(import_gb * others, ingress),
-             p.move(np.full(len(rows), out_gb), p.rate(t.egress, rows))]
-    if sg:
-        nothing = p.nothing[rows]
-        gap_rate = np.where(full_gap, storage, p.rate(t.stopped_storage, rows))
-        cost, unknown = p.disk(rows, v_disk, ones, np.full(len(rows), idle_hours), gap_rate)
-        parts.append((np.where(nothing, 0.0, cost), unknown & ~nothing))
-    fixed = sum(c for c, _ in parts)
-    unknown = np.zeros(len(rows), dtype=bool)
-    for _, u in parts:
-        unknown |= u
-    lo, hi = p.widen(lo + fixed, hi + fixed)
-    return allowed, lo, hi, unknown

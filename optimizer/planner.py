@@ -34,40 +34,37 @@ import numpy as np
 
 from rentopt.optimizer.billing import (
     PlanBill,
-    PriceColumns,
     Terms,
     Use,
-    alone_bounds_arrays,
     cover_notes,
     explain_cover,
     in_quote_currency,
-    lease_bounds_arrays,
     lease_cover_notes,
     lease_refusal,
     offer_terms,
     price_plan,
     round_money,
-    transfer_hours,
 )
 from rentopt.optimizer.catalog import OfferSet
 from rentopt.optimizer.currency import FxTable, check_quote_currency
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
+from rentopt.optimizer.first_pass import (
+    FirstPass,
+    Limits,
+    PriceColumns,
+    Rough,
+    Sizes,
+    TrainColumns,
+    ValidateColumns,
+    train_columns,
+    validate_columns,
+)
 from rentopt.optimizer.feasibility import Fit, NodeShape, NoFit, Pins, default_interconnect, find_layout, fused_attention
 from rentopt.optimizer.hardware import get_gpu, read_user_gpu, resolve_user_gpu
 from rentopt.optimizer.memory import activation_scale_for_peak, estimate
 from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable, take_strings, values_at
 from rentopt.optimizer.solver import Candidate as SolverCandidate
-from rentopt.optimizer.solver import (
-    Kept,
-    LeaseArrays,
-    PlanInstance,
-    TrainArrays,
-    ValidateArrays,
-    prune_arrays,
-    rows_per_key,
-    solve,
-    stable_order,
-)
+from rentopt.optimizer.solver import PlanInstance, solve, stable_order
 from rentopt.optimizer.models import (
     BillingLine,
     GpuSpec,
@@ -86,6 +83,15 @@ from rentopt.optimizer.models import (
     TrainingSetup,
     Work,
 )
+from rentopt.optimizer.stage_hours import (
+    DEFAULT_MBPS,
+    rounded_hours,
+    spot_factor,
+    training_hours,
+    transfer_hours,
+    transfer_hours_per_row,
+    validation_hours,
+)
 from rentopt.optimizer.timing import throughput
 
 HOUR = Decimal(3600)
@@ -93,21 +99,6 @@ HOUR = Decimal(3600)
 # A job is planned on at most this many nodes of one offer (larger clusters are negotiated,
 # not rented from a catalog).
 MAX_NODES = 8
-
-# Transfers at an offer's stated bandwidth; when it states none we assume 1 Gbit/s, a common
-# floor for rented GPU hosts (Vast lists inet_up/inet_down per host; many datacenter hosts have
-# 10 Gbit/s or more), and say so in the plan.
-DEFAULT_MBPS = 1000.0
-
-# Spot/interruptible capacity: expected preemptions per hour. Hyperscalers publish interruption
-# frequency buckets per month (AWS Spot Instance Advisor, spot-advisor-data.json: GPU types are
-# often in the ">20 %" bucket, i.e. ~3e-4 per hour); marketplace bids (Vast interruptible, RunPod
-# spot) are outbid or reclaimed far more often, and no provider publishes a rate, so the
-# marketplace figure is a stated prior. Each preemption loses on average half a checkpoint
-# interval plus a restart (reload the checkpoint, warm up).
-PREEMPTIONS_PER_HOUR = {"hyperscaler": Decimal("0.0005"), "marketplace": Decimal("0.05")}
-PROVIDER_CLASS = {"aws": "hyperscaler", "azure": "hyperscaler", "gcp": "hyperscaler"}
-RESTART_HOURS = Decimal("0.25")
 
 # The default reference for --days: NVIDIA DGX A100 nodes, 8 x A100-SXM-80GB on NVLink/NVSwitch
 # and 8 x 200 Gb/s HDR InfiniBand per node (NVIDIA DGX A100 datasheet), the unit behind most
@@ -327,21 +318,6 @@ def measured_peak(req: QuoteRequest, layout: Layout, gpu: GpuSpec, where: str) -
     return MeasuredPeak(scale, f"memory sized from the measured validation peak {req.measured_peak_gb:g} GB on {where} "
                                f"({layout.strategy}, micro-batch {layout.micro_batch}; the estimate there was "
                                f"{before:g} GB): activations scaled x{scale:.2f}, model states exact")
-
-
-def _hours(x: float | Decimal) -> Decimal:
-    """Hours on a 1e-6 grid, rounded up (never under-bill)."""
-    return Decimal(str(x)).quantize(Decimal("0.000001"), rounding=ROUND_CEILING)
-
-
-def _spot_factor(provider: str, every: Decimal) -> tuple[Decimal, str]:
-    cls = PROVIDER_CLASS.get(provider, "marketplace")
-    rate = PREEMPTIONS_PER_HOUR[cls]
-    lost = every / 2 + RESTART_HOURS
-    factor = 1 + rate * lost
-    note = (f"spot: assumed {rate} preemptions/h ({cls}); each loses ~{lost} h (half the {every} h checkpoint "
-            f"interval + restart), so +{(factor - 1) * 100:.2f} % expected hours")
-    return factor, note
 
 
 # --------------------------------------------------------------------------------------------
@@ -669,14 +645,12 @@ class Planned:
     table: OfferTable | None = None
     closest_misses: list[str] = field(default_factory=list)  # the few nearest memory misses, nearest first
     same_price: dict[tuple[str, str], str] = field(default_factory=dict)  # a planned offer -> its tied offers, in words
+    rough: Rough | None = None  # every candidate's first-pass columns, kept only without the first pass (oracle tests)
 
     @property
     def rejected(self) -> list[tuple[int, str, str]]:
         """(offer table row, constraint, reason) of every rejected offer, in the offers' order."""
         return self.rejections.listed()
-
-
-_REQUESTED = object()  # _Planner._prune: the request's own deadline or budget
 
 
 class _Planner:
@@ -736,199 +710,46 @@ class _Planner:
 
     def build(self) -> Planned:
         req, prep, t = self.req, self.prep, self.table
-        ccy = req.currency
         kinds = (0, 1) if req.spot else (0,)
         usable = self._usable_rows(kinds)
         self.ties = tie_classes(t, usable) if self.first_pass else Ties.none()
         if len(self.ties.klass):
             usable = usable & self.ties.first  # one offer per class is planned; the others share its answer
         shapes = self._shapes(usable)
-        factor = self._fx_factors()
-        prices = {k: PriceColumns(t, k, factor, ccy) for k in kinds}
-        import_h = _transfer_hours(float(prep.import_gb), t, "import")
-        export_h = _transfer_hours(float(prep.export_gb), t, "export")
-        tr = self._train_arrays(shapes, kinds, usable, import_h, export_h)
-        va = self._validate_arrays(shapes, kinds, usable, tr, import_h) if req.validate_hours is not None else None
-        if va is None:
-            tr["need"] = np.full(len(tr["row"]), -1, dtype=np.int64)
+        import_h = transfer_hours_per_row(float(prep.import_gb), t, "import")
+        tr = self._train_columns(shapes, kinds, import_h)
+        va = None
+        if req.validate_hours is not None:
+            va, need = self._validate_columns(shapes, kinds, import_h)
+            tr = replace(tr, need=need[tr.fit] if len(tr) else np.zeros(0, dtype=np.int64))
         provider_code, gpu_code = (t.category(name)[0].astype(np.int64) for name in ("provider", "gpu"))
-        tr["group"] = _dense(provider_code[tr["row"]] * (int(gpu_code.max(initial=0)) + 1) + gpu_code[tr["row"]])
-        nt, nv = len(tr["row"]), 0 if va is None else len(va["row"])
-        keep_t, keep_v = np.ones(nt, dtype=bool), np.ones(nv, dtype=bool)
-        if self.first_pass and nt:
-            keep_t, keep_v = self._first_pass(prices, tr, va, import_h)
-            if not keep_t.any():  # nothing meets the deadline or budget: what the diagnosis needs
-                keep_t, keep_v = self._for_diagnosis(prices, tr, va, import_h)
+        tr = replace(tr, group=_dense(provider_code[tr.row] * (int(gpu_code.max(initial=0)) + 1) + gpu_code[tr.row]))
+        fp = self._first_pass_of(kinds)
+        keep_t, keep_v = np.ones(len(tr), dtype=bool), np.ones(0 if va is None else len(va), dtype=bool)
+        if self.first_pass and len(tr):
+            keep_t, keep_v = fp.keep(tr, va)
         first = {"offers": t.n, "candidates": len(keep_t) + len(keep_v),
                  "after rough pruning": int(keep_t.sum() + keep_v.sum())}
         if len(self.ties.klass):
             self.rejected.spread(self.ties)
-        return self._exact(tr, va, keep_t, keep_v, first)
+        planned = self._exact(tr, va, keep_t, keep_v, first)
+        if not self.first_pass:  # every candidate is exact: the oracle tests compare them with these
+            planned.rough = Rough(fp, tr, va, [train_id(t.provider[r], t.offer_id[r], n, k) for r, n, k in
+                                               zip(tr.row.tolist(), tr.nodes.tolist(), tr.kind.tolist())],
+                                  [] if va is None else [validate_id(t.provider[r], t.offer_id[r], k, g) for r, k, g in
+                                                         zip(va.row.tolist(), va.kind.tolist(), va.sig.tolist())])
+        return planned
 
-    def _for_diagnosis(self, prices, tr, va, import_h) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
-        """When no plan meets the deadline and budget, the candidates `solver.diagnose` reads:
-        the fastest plan's (per validation key its quickest validation and training runs, to
-        1e-5 h: the exact walls are rounded up to 1e-6 h), and the cheapest plan without the
-        budget and without either (the first pass with those relaxed, top 1). Not every
-        candidate: priced exactly, a million of them would take hours."""
-        nt, nv = len(tr["row"]), 0 if va is None else len(va["row"])
-        keep_t, keep_v = np.zeros(nt, dtype=bool), np.zeros(nv, dtype=bool)
-        def quickest(rows: np.ndarray, walls: np.ndarray) -> np.ndarray:
-            # the rows within 1e-5 h of the quickest, a few of them: ties are the same wall clock
-            return rows[walls <= walls.min() + 1e-5][:4]
-
-        if va is None:
-            keep_t[quickest(np.arange(nt), tr["wall"])] = True
-        else:
-            for key, rows in _validations_per_key(va).items():
-                keep_v[quickest(rows, va["wall"][rows])] = True
-                runs = np.flatnonzero(tr["need"] == key)
-                if len(runs):
-                    keep_t[quickest(runs, tr["wall"][runs])] = True
-        relaxed = [dict(budget=None)] if self.req.budget is not None else []
-        if self.work.deadline_hours is not None:
-            relaxed.append(dict(budget=None, deadline=None))
-        for limits in relaxed:
-            cheapest_t, cheapest_v = self._first_pass(prices, tr, va, import_h, top_k=1, **limits)
-            keep_t |= cheapest_t
-            keep_v |= cheapest_v
-        return keep_t, keep_v
-
-    def _first_pass(self, prices, tr, va, import_h, **limits: Any) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
-        """Masks of the training and validation candidates the prune keeps (`limits`: as `_prune`),
-        a large instance narrowed from its group heads first."""
-        nt, nv = len(tr["row"]), 0 if va is None else len(va["row"])
-        t_idx, v_idx = np.arange(nt), np.arange(nv)
-        if nt + nv > HEADS_FROM:
-            t_idx, v_idx = self._narrowed(prices, tr, va, import_h, **limits)
-        kept = self._prune(prices, _subset(tr, t_idx), None if va is None else _subset(va, v_idx), import_h, **limits)
-        keep_t, keep_v = np.zeros(nt, dtype=bool), np.zeros(nv, dtype=bool)
-        keep_t[t_idx[kept.train]] = True
-        keep_v[v_idx[kept.validate]] = True
-        return keep_t, keep_v
-
-    def _prune(self, prices, tr, va, import_h, *, top_k: int | None = None,  # type: ignore[no-untyped-def]
-               deadline: Any = _REQUESTED, budget: Any = _REQUESTED) -> Kept:
-        """The solver's pruning routine over these candidates: billing's rough bounds of each
-        alone, of the leases, and of a pair's idle choice. `top_k`, `deadline` (hours) and
-        `budget` default to the request's; None relaxes them (for the diagnosis)."""
-        req, work = self.req, self.work
-        deadline = work.deadline_hours if deadline is _REQUESTED else deadline
-        budget = req.budget if budget is _REQUESTED else budget
-        bounds_t = self._bounds(prices, tr, "train", import_h)
-        bounds_v = self._bounds(prices, va, "validate", import_h) if va is not None and len(va["row"]) else None
-        pairs, lease = self._leases(prices, tr, va)
-        if bounds_v is not None and len(pairs[0]):
-            # a pair's plan is billing's idle choice between keeping and destroying: cover both
-            destroy_ok = va["destroy_wall"][pairs[0]] + float(req.idle_days * 24) + tr["wall"][pairs[1]] <= (
-                np.inf if deadline is None else float(deadline) + _DEADLINE_EPS)
-            destroy_lo = bounds_t[0][pairs[1]] + bounds_v[0][pairs[0]]
-            destroy_hi = bounds_t[1][pairs[1]] + bounds_v[1][pairs[0]]
-            lease = (np.where(destroy_ok, np.minimum(lease[0], destroy_lo), lease[0]),
-                     np.where(destroy_ok, np.maximum(lease[1], destroy_hi), lease[1]))
-        return prune_arrays(
-            TrainArrays(bounds_t[0], bounds_t[1], tr["wall"], tr["group"], tr["need"],
-                        tr["tokens"] if work.tokens is None else None, _instances(tr)),
-            None if va is None or bounds_v is None else ValidateArrays(
-                bounds_v[0], bounds_v[1], va["wall"], va["destroy_wall"], va["keys"], _instances(va)),
-            LeaseArrays(pairs[0], pairs[1], lease[0], lease[1]),
-            idle_hours=float(req.idle_days * 24), top_k=req.top if top_k is None else top_k,
-            deadline=None if deadline is None else float(deadline) + _DEADLINE_EPS,
-            budget=None if budget is None else float(budget) + _BUDGET_EPS)
-
-    def _narrowed(self, prices, tr, va, import_h, **limits: Any) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
-        """The candidates a top-K plan can use, found without bounding every one.
-
-        Every candidate costs at least its compute at its offer's cheapest rate (`floor`). The
-        HEADS cheapest by that floor of each (provider, GPU) group and of each validation key,
-        with the validations on their instances, are pruned first: that gives an upper bound
-        on each group's best plan, on the K-th best group's, and for each key the second-lowest
-        validation upper bound among those no slower than a given wall clock. A training
-        candidate whose floor exceeds its group's bound or the K-th's is in no top-K plan; nor
-        is a validation whose floor exceeds, for each of its keys, the second-lowest among those
-        no slower (two surely cheaper, no slower ones on different instances: one always serves
-        instead, within any deadline). Where the floor does not tell, billing's `alone_floor`
-        (the validation on its own: its metered price or one whole block) is compared instead;
-        a validation in a lease needs no such bound, it is kept with its training candidate. The
-        others join the heads; with the validations on the instances of the training candidates
-        kept (a lease), the full prune's survivors are among them, and so is every top-K plan
-        (tests/test_solver_property.py).
-        """
-        def per_kind(arrays, idx, cost_of):  # type: ignore[no-untyped-def]
-            """`cost_of(price kind's PriceColumns, rows, positions)` of the candidates `idx` (None:
-            all), each priced by its own kind, padded."""
-            rows = arrays["row"] if idx is None else arrays["row"][idx]
-            if len(prices) == 1:  # one price kind (no --spot): every candidate is of it
-                [p] = prices.values()
-                return padded(cost_of(p, rows, slice(None)))
-            kinds = arrays["kind"] if idx is None else arrays["kind"][idx]
-            cost = np.zeros(len(rows))
-            for k, p in prices.items():
-                sel = kinds == k
-                cost[sel] = cost_of(p, rows[sel], sel)
-            return padded(cost)
-
-        def floor_cost(arrays, running, nodes):  # type: ignore[no-untyped-def]
-            """(rate x hours x nodes) - pad, built in place: at a million offers each of these
-            arrays is 6-12 MB of fresh pages. `nodes` None: one node."""
-            def rate_x_hours(p, rows, at):  # type: ignore[no-untyped-def]
-                cost = p.floor_per_hour[rows] * running[at]
-                if nodes is not None:
-                    cost *= nodes[at]
-                return cost
-
-            return per_kind(arrays, None, rate_x_hours)
-
-        def alone_cost(arrays, idx):  # type: ignore[no-untyped-def]
-            """billing's `alone_floor` of the candidates `idx` (one node each, on their own), padded."""
-            hours = arrays["destroy_wall"][idx]
-            return per_kind(arrays, idx, lambda p, rows, at: p.alone_floor(rows, hours[at]))
-
-        def padded(cost):  # type: ignore[no-untyped-def]
-            """`cost` less billing's pad (as `widen` pads every rough bound), in place."""
-            pad = np.maximum(1.0, cost)
-            pad *= 1e-9
-            pad += next(iter(prices.values())).slack
-            np.nan_to_num(cost, copy=False, nan=np.inf)  # an offer without a price of a kind is not one
-            cost -= pad
-            return cost
-
-        lb_t = floor_cost(tr, tr["hours"], tr["nodes"])
-        if self.work.tokens is None:  # ranked by cost per token (prune_arrays divides likewise)
-            lb_t = lb_t / tr["tokens"]
-        head_t = _heads(tr["group"], lb_t)
-        t_inst = _instances(tr)
-        if va is not None:
-            lb_v = floor_cost(va, va["destroy_wall"], None)
-            per_key = _validations_per_key(va)  # each key's validations, from their pieces (no sort)
-            head_v = np.zeros(len(va["row"]), dtype=bool)
-            for members in per_key.values():
-                head_v[_cheapest(members, lb_v)] = True
-            v_inst = _instances(va)
-            head_v |= _among(v_inst, t_inst[head_t])
-        first = self._prune(prices, _subset(tr, np.flatnonzero(head_t)),
-                            None if va is None else _subset(va, np.flatnonzero(head_v)), import_h, **limits)
-        group_ub = np.full(int(tr["group"].max()) + 1, np.inf)
-        group_ub[:len(first.group_ub)] = first.group_ub
-        want_t = head_t | (lb_t <= np.minimum(group_ub[tr["group"]], first.threshold))
-        if va is None:
-            return np.flatnonzero(want_t), np.zeros(0, dtype=np.int64)
-        limit_v = np.full(len(va["row"]), -np.inf)  # the most any key of each allows
-        for key, mine in per_key.items():
-            if key not in first.second_by_wall:  # no partner among the heads: keep
-                limit_v[mine] = np.inf
-                continue
-            walls, second = first.second_by_wall[key]
-            at = np.searchsorted(walls, va["destroy_wall"][mine], side="right")
-            limit_v[mine] = np.maximum(limit_v[mine], np.where(at > 0, second[np.maximum(at - 1, 0)], np.inf))
-        cheap = lb_v <= limit_v
-        # bounded again, closer, where the floor let one through: on its own a 4 h validation pays
-        # its metered price or a whole block, not a month's rate per hour (1M offers: 132k -> 43k)
-        unsure = np.flatnonzero(cheap & ~head_v)
-        if len(unsure):
-            cheap[unsure] = alone_cost(va, unsure) <= limit_v[unsure]
-        want_v = head_v | cheap | _among(v_inst, t_inst[want_t])
-        return np.flatnonzero(want_t), np.flatnonzero(want_v)
+    def _first_pass_of(self, kinds: tuple[int, ...]) -> FirstPass:
+        """The first pass of this request: its prices per kind, sizes and limits in floats."""
+        req, prep, work = self.req, self.prep, self.work
+        factor = self._fx_factors()
+        prices = {k: PriceColumns(self.table, k, factor, req.currency) for k in kinds}
+        sizes = Sizes(float(prep.disk_gb), float(prep.validate_disk_gb), float(prep.import_gb), float(prep.export_gb),
+                      float(prep.destroy_gb))
+        limits = Limits(None if work.deadline_hours is None else float(work.deadline_hours),
+                        None if req.budget is None else float(req.budget), req.top)
+        return FirstPass(prices, sizes, float(req.idle_days * 24), limits, per_token=work.tokens is None)
 
     def _usable_rows(self, kinds: tuple[int, ...]) -> np.ndarray:
         """Rows that can be planned at all; the others are rejected with their reason."""
@@ -1027,20 +848,21 @@ class _Planner:
                                                ccy))
         return rates[pair]
 
-    def _train_arrays(self, shapes, kinds, usable, import_h, export_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    def _train_columns(self, shapes: dict[ShapeKey, tuple[GpuSpec, NodeShape, np.ndarray]], kinds: tuple[int, ...],
+                       import_h: np.ndarray) -> TrainColumns:
         """Per offer, each node count and price kind a layout fits: its hours, wall clock and
-        tokens. Found per piece (shape, node count, kind) and computed for all pieces at once:
-        a million offers are 767k candidates in a few hundred pieces."""
-        req, work, t = self.req, self.work, self.table
-        self.fit_list: list[tuple[Fit, GpuSpec, Speed, tuple]] = []
-        spot_factor = None
+        tokens. Layouts are found per piece (shape, node count, kind), the columns computed for
+        all pieces at once: a million offers are 767k candidates in a few hundred pieces."""
+        req, prep, work, t = self.req, self.prep, self.work, self.table
+        self.fit_list: list[tuple[Fit, GpuSpec, Speed, ShapeKey]] = []
+        spot_factors = None
         if req.spot:  # per provider, not per row
             codes, providers = t.category("provider")
-            spot_factor = np.array([float(_spot_factor(p, req.checkpoint_every_hours)[0]) for p in providers])[codes]
+            spot_factors = np.array([float(spot_factor(p, req.checkpoint_every_hours)[0]) for p in providers])[codes]
         has = {k: t.has_kind(k) for k in kinds}
         max_nodes = min(req.gpu_filter.max_nodes, MAX_NODES)
         rows_of: list[np.ndarray] = []
-        pieces: list[tuple[int, int, int, float, float, float, float]] = []  # nodes, kind, fit, run/low/high h, tok/s
+        pieces: list[tuple[int, int, int, float, float, float, float]] = []  # nodes, kind, fit, run/fast/slow h, tok/s
         for key, (gpu, shape, rows) in shapes.items():
             first_miss: NoFit | None = None
             any_fit = False
@@ -1054,8 +876,12 @@ class _Planner:
                 fit_id = len(self.fit_list)
                 self.fit_list.append((fit, gpu, speed, key))
                 at = rows[t.nodes_available[rows] >= nodes]
-                hours = (work.tokens / speed.typical / 3600, work.tokens / speed.high / 3600,
-                         work.tokens / speed.low / 3600) if work.tokens is not None else (float(work.rent_hours),) * 3  # type: ignore[arg-type]
+                if work.tokens is not None:
+                    hours = (work.tokens / speed.typical / 3600, work.tokens / speed.high / 3600,
+                             work.tokens / speed.low / 3600)
+                else:
+                    assert work.rent_hours is not None
+                    hours = (float(work.rent_hours),) * 3
                 for kind in kinds:
                     mine = at[has[kind][at]]
                     if len(mine):
@@ -1079,32 +905,26 @@ class _Planner:
         # per candidate from per piece: a gather each, of the dtype it keeps (at a million offers
         # every full-size temporary is 6 MB of fresh pages)
         nodes, kind, fit = (table[:, c].astype(np.int64)[piece] for c in (0, 1, 2))
-        factor = None if spot_factor is None else np.where(kind == 1, spot_factor[row], 1.0)
-        imports, exports = import_h[row], export_h[row]
-        if work.tokens is not None:
-            run, low, high = (table[:, c][piece] if factor is None else table[:, c][piece] * factor for c in (3, 4, 5))
-            tokens = np.full(len(row), work.tokens)
-        else:
-            run = low = high = table[:, 3][piece]
-            tokens = table[:, 6][piece] * run * 3600 if factor is None else table[:, 6][piece] * run * 3600 / factor
-        hours = imports + run + exports
-        too_long = hours > t.max_hours[row]  # NaN (no maximum) compares False
-        wall, low = imports + high + exports, imports + low + exports
-        out = {"row": row, "nodes": nodes, "kind": kind, "hours": hours, "wall": wall, "low": low, "tokens": tokens,
-               "fit": fit}
+        export_h = transfer_hours_per_row(float(prep.export_gb), t, "export")
+        tr = train_columns(row, nodes, kind, fit, (table[:, 3][piece], table[:, 4][piece], table[:, 5][piece]),
+                           table[:, 6][piece] if work.tokens is None else None, work.tokens, import_h, export_h,
+                           spot_factors)
+        too_long = tr.hours > t.max_hours[tr.row]  # NaN (no maximum) compares False
         if not too_long.any():
-            return out
-        long_rows, long_hours, long_nodes = row[too_long], hours[too_long], nodes[too_long]
+            return tr
+        long_rows, long_hours, long_nodes = tr.row[too_long], tr.hours[too_long], tr.nodes[too_long]
         self.rejected.add(long_rows, "max_duration", lambda i: (
             f"needs {long_hours[i]:.1f} h of rental on {long_nodes[i]} node(s); the host allows at most "
             f"{t.max_hours[long_rows[i]]:.1f} h"))
-        keep = ~too_long
-        return {name: values[keep] for name, values in out.items()}
+        return tr.subset(np.flatnonzero(~too_long))
 
-    def _validate_arrays(self, shapes, kinds, usable, tr, import_h) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    def _validate_columns(self, shapes: dict[ShapeKey, tuple[GpuSpec, NodeShape, np.ndarray]], kinds: tuple[int, ...],
+                          import_h: np.ndarray) -> tuple[ValidateColumns, np.ndarray]:
         """Per offer, the same job at micro-batch 1 on one node, for each signature that training
-        runs on a GPU of the offer's architecture (a validation serves only those)."""
+        runs on a GPU of the offer's architecture (a validation serves only those); and per
+        training fit, the validation key it needs (-1: none present)."""
         req, prep, t = self.req, self.prep, self.table
+        assert req.validate_hours is not None
         by_arch: dict[str, set[Signature]] = {}
         for fit, gpu, _, _ in self.fit_list:
             by_arch.setdefault(gpu.architecture, set()).add(Signature.of(fit.layout))
@@ -1114,10 +934,9 @@ class _Planner:
             "precision": sig.precision, "flash_attention": fused_attention(sig.attention)}), sig.pins(req.pins))
             for sig in self.signatures}
         self.keys: dict[tuple, int] = {}
-        out_h_all = _transfer_hours(float(prep.destroy_gb), t, "export")
-        hours_all = float(req.validate_hours) + import_h  # type: ignore[arg-type]
-        destroy_all = hours_all + out_h_all
-        in_time = ~(destroy_all > t.max_hours)  # once over the table, not gathered per shape
+        out_h = transfer_hours_per_row(float(prep.destroy_gb), t, "export")
+        hours = validation_hours(import_h, float(req.validate_hours))
+        in_time = ~(hours + out_h > t.max_hours)  # once over the table, not gathered per shape
         has = {k: t.has_kind(k) for k in kinds}
         rows_of: list[np.ndarray] = []
         pieces: list[tuple[int, int, int, int, int]] = []  # per (shape, signature, kind): kind, sig, fit, keys
@@ -1142,80 +961,18 @@ class _Planner:
                 for kind in kinds:
                     rows_of.append(rows[has[kind][rows]])
                     pieces.append((kind, numbered[sig], fit_id, model_key, arch_key))
-        piece_table = np.array(pieces, dtype=np.int64).reshape(-1, 5)
-        row = np.concatenate(rows_of).astype(np.int64) if rows_of else np.zeros(0, dtype=np.int64)
-        counts = [len(r) for r in rows_of]
-        piece = np.repeat(np.arange(len(pieces), dtype=np.int32), counts)
-        va = _Candidates({"row": row, "piece": piece}, {
-            "kind": lambda c: piece_table[c["piece"], 0], "sig": lambda c: piece_table[c["piece"], 1],
-            "fit": lambda c: piece_table[c["piece"], 2], "model_key": lambda c: piece_table[c["piece"], 3],
-            "arch_key": lambda c: piece_table[c["piece"], 4], "keys": lambda c: piece_table[c["piece"], 3:5],
-            "hours": lambda c: hours_all[c["row"]], "wall": lambda c: c["hours"], "out": lambda c: out_h_all[c["row"]],
-            "destroy_wall": lambda c: destroy_all[c["row"]]})
-        va.pieces = (piece_table, np.cumsum([0, *counts]))
         # each training candidate needs one key (per training layout): `_needed_key` of those present
         need_of_fit = np.array([self.keys.get(_needed_key(gpu, Signature.of(fit.layout), self.keys), -1)
                                 for fit, gpu, _, _ in self.fit_list], dtype=np.int64)
-        tr["need"] = need_of_fit[tr["fit"]] if len(tr["fit"]) else np.zeros(0, dtype=np.int64)
-        return va
-
-    def _bounds(self, prices, arrays, kind: str, import_h):  # type: ignore[no-untyped-def]
-        """billing's rough bounds of each candidate on its own instance (lo, hi arrays)."""
-        prep = self.prep
-        lo = np.empty(len(arrays["row"]))
-        hi = np.empty(len(arrays["row"]))
-        for k, p in prices.items():
-            sel = arrays["kind"] == k
-            rows = arrays["row"][sel]
-            if kind == "train":
-                l, h, _ = alone_bounds_arrays(p, rows, "train", arrays["nodes"][sel], arrays["hours"][sel],
-                                              float(prep.disk_gb), float(prep.import_gb), float(prep.export_gb))
-            else:
-                l, h, _ = alone_bounds_arrays(p, rows, "validate", np.ones(len(rows), dtype=np.int64),
-                                              arrays["hours"][sel], float(prep.validate_disk_gb), float(prep.import_gb),
-                                              float(prep.destroy_gb), arrays["out"][sel])
-            lo[sel], hi[sel] = l, h
-        return lo, hi
-
-    def _leases(self, prices, tr, va):  # type: ignore[no-untyped-def]
-        """(validation, training) pairs on the same instance that run the same job, and the bounds
-        of their lease."""
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64)), (np.zeros(0), np.zeros(0))
-        if va is None or not len(va["row"]) or not len(tr["row"]):
-            return empty
-        prep = self.prep
-        t_key = _instances(tr)
-        order = np.argsort(t_key, kind="stable")
-        sorted_keys = t_key[order]
-        v_key = _instances(va)
-        start = np.searchsorted(sorted_keys, v_key, side="left")
-        stop = np.searchsorted(sorted_keys, v_key, side="right")
-        counts = stop - start
-        v_idx = np.repeat(np.arange(len(v_key)), counts)
-        offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        t_idx = order[np.repeat(start, counts) + offsets]
-        same_job = (va["keys"][v_idx] == tr["need"][t_idx][:, None]).any(axis=1)
-        v_idx, t_idx = v_idx[same_job], t_idx[same_job]
-        G = float(self.req.idle_days * 24)
-        lo, hi = np.full(len(v_idx), np.inf), np.full(len(v_idx), np.inf)
-        allowed = np.zeros(len(v_idx), dtype=bool)
-        for k, p in prices.items():
-            sel = tr["kind"][t_idx] == k
-            if not sel.any():
-                continue
-            a, l, h, _ = lease_bounds_arrays(p, tr["row"][t_idx[sel]], va["hours"][v_idx[sel]], tr["hours"][t_idx[sel]],
-                                             tr["nodes"][t_idx[sel]], G, float(prep.validate_disk_gb),
-                                             float(prep.disk_gb), float(prep.import_gb), float(prep.export_gb))
-            allowed[sel], lo[sel], hi[sel] = a, l, h
-        if self.work.deadline_hours is not None:
-            allowed &= va["wall"][v_idx] + G + tr["wall"][t_idx] <= float(self.work.deadline_hours) + _DEADLINE_EPS
-        return (v_idx[allowed], t_idx[allowed]), (lo[allowed], hi[allowed])
+        return validate_columns(rows_of, pieces, hours, out_h), need_of_fit
 
     # -- the second pass: exact candidates for the survivors --------------------------------------
 
-    def _exact(self, tr, va, keep_t, keep_v, first) -> Planned:  # type: ignore[no-untyped-def]
+    def _exact(self, tr: TrainColumns, va: ValidateColumns | None, keep_t: np.ndarray, keep_v: np.ndarray,
+               first: dict[str, int]) -> Planned:
+        """The second pass: exact terms, hours and billing Uses for the kept candidates."""
         req, prep, work, t = self.req, self.prep, self.work, self.table
-        rows = sorted({int(r) for r in tr["row"][keep_t]} | ({int(r) for r in va["row"][keep_v]} if va is not None else set()))
+        rows = sorted({int(r) for r in tr.row[keep_t]} | ({int(r) for r in va.row[keep_v]} if va is not None else set()))
         full = dict(zip(rows, t.offers(rows)))
         terms: dict[int, Terms] = {}
 
@@ -1226,48 +983,52 @@ class _Planner:
 
         train: list[Candidate] = []
         for i in np.flatnonzero(keep_t):
-            r, nodes, kind = int(tr["row"][i]), int(tr["nodes"][i]), int(tr["kind"][i])
+            r, nodes, kind = int(tr.row[i]), int(tr.nodes[i]), int(tr.kind[i])
             o = full[r]
-            fit, gpu, speed, _ = self.fit_list[int(tr["fit"][i])]
+            fit, gpu, speed, _ = self.fit_list[int(tr.fit[i])]
             spot = bool(kind)
-            import_h = _move_hours(prep.import_gb, o, "import")
-            export_h = _move_hours(prep.export_gb, o, "export")
-            factor = _spot_factor(o.provider, req.checkpoint_every_hours)[0] if spot else Decimal(1)
+            import_h = transfer_hours(prep.import_gb, o, "import")
+            export_h = transfer_hours(prep.export_gb, o, "export")
+            factor = spot_factor(o.provider, req.checkpoint_every_hours)[0] if spot else Decimal(1)
             if work.tokens is not None:
-                run, low, high = (Decimal(str(work.tokens / rate / 3600)) * factor
-                                  for rate in (speed.typical, speed.high, speed.low))
+                run, fast, slow = (Decimal(str(work.tokens / rate / 3600)) for rate in (speed.typical, speed.high, speed.low))
                 tokens = work.tokens
             else:
-                run = low = high = work.rent_hours  # type: ignore[assignment]
+                assert work.rent_hours is not None
+                run = fast = slow = work.rent_hours
                 tokens = speed.typical * float(run) * 3600 / float(factor)
+                factor = Decimal(1)  # a fixed rental lasts its hours; spot's lost work is less work done in them
             notes = list(speed.notes)
             if spot:
-                notes.append(_spot_factor(o.provider, req.checkpoint_every_hours)[1])
+                notes.append(spot_factor(o.provider, req.checkpoint_every_hours)[1])
             notes += fit.layout.plan_notes
             if o.extra.get("gpu_note"):
                 notes.append(str(o.extra["gpu_note"]))
             if (nodes > 1 or o.gpus > 1) and speed.scaling < LOW_SCALING:
                 notes.append(f"scaling efficiency {speed.scaling:.0%} over {nodes * o.gpus} GPUs is under 70 %: "
                              "the interconnect is the bottleneck (a cheaper layout may do the same work)")
-            use = Use(id=f"t:{o.provider}:{o.offer_id}:{nodes}:{kind}", kind="train", terms=terms_of(r), spot=spot,
-                      nodes=nodes, hours=_hours(import_h + run + export_h), disk_gb=prep.disk_gb,
-                      import_gb=prep.import_gb, out_gb=prep.export_gb)
-            train.append(Candidate(use, o, fit.layout, gpu, speed, tokens, prep.disk_gb, prep.import_gb,
-                                   prep.export_gb, _hours(import_h + low + export_h), _hours(import_h + high + export_h),
+            use = Use(id=train_id(o.provider, o.offer_id, nodes, kind), kind="train", terms=terms_of(r), spot=spot,
+                      nodes=nodes, hours=rounded_hours(training_hours(import_h, run, factor, export_h)),
+                      disk_gb=prep.disk_gb, import_gb=prep.import_gb, out_gb=prep.export_gb)
+            train.append(Candidate(use, o, fit.layout, gpu, speed, tokens, prep.disk_gb, prep.import_gb, prep.export_gb,
+                                   rounded_hours(training_hours(import_h, fast, factor, export_h)),
+                                   rounded_hours(training_hours(import_h, slow, factor, export_h)),
                                    tuple(notes), Signature.of(fit.layout), tuple(notes[len(speed.notes):])))
         validate: list[Candidate] = []
         if va is not None:
             for i in np.flatnonzero(keep_v):
-                r, kind, sig = int(va["row"][i]), int(va["kind"][i]), int(va["sig"][i])
+                r, kind, sig = int(va.row[i]), int(va.kind[i]), int(va.sig[i])
                 o = full[r]
-                fit = self.v_fits[int(va["fit"][i])]
-                import_h = _move_hours(prep.import_gb, o, "import")
-                out_h = _move_hours(prep.destroy_gb, o, "export")
-                use = Use(id=f"v:{o.provider}:{o.offer_id}:{kind}:{sig}", kind="validate", terms=terms_of(r),
-                          spot=bool(kind), nodes=1, hours=_hours(req.validate_hours + import_h),  # type: ignore[operator]
+                fit = self.v_fits[int(va.fit[i])]
+                import_h = transfer_hours(prep.import_gb, o, "import")
+                out_h = transfer_hours(prep.destroy_gb, o, "export")
+                assert req.validate_hours is not None
+                use = Use(id=validate_id(o.provider, o.offer_id, kind, sig), kind="validate", terms=terms_of(r),
+                          spot=bool(kind), nodes=1, hours=rounded_hours(validation_hours(import_h, req.validate_hours)),
                           disk_gb=prep.validate_disk_gb, import_gb=prep.import_gb, out_gb=prep.destroy_gb,
                           out_hours=out_h)
-                validate.append(Candidate(use, o, fit.layout, get_gpu(o.gpu), None, None, prep.validate_disk_gb,  # type: ignore[arg-type]
+                assert o.gpu is not None  # rows of an unknown GPU were rejected
+                validate.append(Candidate(use, o, fit.layout, get_gpu(o.gpu), None, None, prep.validate_disk_gb,
                                           prep.import_gb, prep.destroy_gb, signature=self.signatures[sig]))
         instance = self._instance(train, validate)
         candidates = {c.id: c for c in (*train, *validate)}
@@ -1364,52 +1125,6 @@ def tie_classes(t: OfferTable, usable: np.ndarray) -> Ties:
     return Ties(first, klass, members[in_tied], np.r_[0, np.cumsum(counts[tied])])
 
 
-# Float comparisons in the first pass are made permissive by these (hours, quote-currency units):
-# the exact pass decides the boundary cases.
-_DEADLINE_EPS = 1e-6
-_BUDGET_EPS = 1e-6
-
-
-# The first pass narrows (`_Planner._narrowed`) from this many training plus validation
-# candidates on, starting from the HEADS cheapest of each group and key: below it, pruning all
-# at once is faster. Measured 2026-12-02 on benchmarks/marketplace.py offers (13B LoRA/full/QLoRA,
-# plan time best of 3, all at once vs narrowed): 25-48k candidates 0.055-0.068 s vs 0.060-0.075 s;
-# 68k 0.091 vs 0.088; 81-96k 0.101-0.108 vs 0.082-0.085; 137k 0.144 vs 0.108; 227k (a 100k-line
-# file) 0.173 vs 0.121; the 100k-offer store's 232k 0.270 vs 0.163. Both are tuning only:
-# tests/test_solver_property.py narrows every example.
-HEADS_FROM = 75_000
-HEADS = 8
-
-
-def _heads(group: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """The HEADS cheapest members of each group (group -1: none) by `cost`, as a mask. Which of
-    members tied at the HEADS-th cost are taken does not matter: heads only bound what the
-    others must beat. Grouped by radix sort, then partitioned per group: no sort of a million
-    costs (two float argsorts were 0.29 s of a 1M-offer quote)."""
-    mask = np.zeros(len(group), dtype=bool)
-    if not len(group):
-        return mask
-    order = stable_order(group + 1)  # by group (-1 first), rows ascending within
-    sorted_group = group[order]
-    start = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
-    end = np.r_[start[1:], len(order)]
-    named = sorted_group[start] >= 0
-    start, end = start[named], end[named]
-    small = end - start <= HEADS
-    at = start[small, None] + np.arange(HEADS)[None, :]  # groups of HEADS or fewer: every member
-    mask[order[at[at < end[small, None]]]] = True
-    for s, e in zip(start[~small].tolist(), end[~small].tolist()):
-        mask[_cheapest(order[s:e], cost)] = True
-    return mask
-
-
-def _cheapest(members: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """The HEADS members of lowest `cost` (all of them when there are no more)."""
-    if len(members) <= HEADS:
-        return members
-    return members[np.argpartition(cost[members], HEADS - 1)[:HEADS]]
-
-
 def _dense(codes: np.ndarray) -> np.ndarray:
     """Small non-negative integer codes renumbered 0, 1, ... in ascending order (np.unique's
     inverse, without sorting a million of them).
@@ -1430,67 +1145,6 @@ def _renumbered(codes: np.ndarray) -> np.ndarray:
     if len(codes) and codes.max() >= 8 * len(codes) + 1024:
         return np.unique(codes, return_inverse=True)[1].astype(np.int64)
     return _dense(codes)
-
-
-def _among(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """np.isin for instance numbers (small non-negative integers): one lookup per value in a
-    table of marks (1.5M validations: np.isin's sort took 50 ms).
-
-    >>> _among(np.array([3, 0, 5, 3]), np.array([3, 9])).tolist()
-    [True, False, False, True]
-    """
-    if not len(values):
-        return np.zeros(0, dtype=bool)
-    marks = np.zeros(max(int(values.max()), int(wanted.max()) if len(wanted) else 0) + 1, dtype=bool)
-    marks[wanted] = True
-    return marks[values]
-
-
-def _instances(arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """Each candidate's instance: its offer row and price kind (a lease continues on it)."""
-    return arrays["row"] * 2 + arrays["kind"]
-
-
-class _Candidates(dict):
-    """Candidate columns of which only some are held (`base`, here the offer row and a piece
-    number); each other column is computed from them on first read (`derive`: name -> function
-    of the candidates). A million-offer quote has 1.5M validation candidates, and the first
-    pass reads four of their ten columns: the rest are computed only for the few it keeps."""
-
-    def __init__(self, base: dict[str, np.ndarray], derive: dict[str, Callable[[_Candidates], np.ndarray]]):
-        super().__init__(base)
-        self.base, self.derive = tuple(base), derive
-        # validations as built: (piece table, piece start offsets), each piece's rows contiguous
-        self.pieces: tuple[np.ndarray, np.ndarray] | None = None
-
-    def __missing__(self, name: str) -> np.ndarray:
-        value = self[name] = self.derive[name](self)
-        return value
-
-    def subset(self, idx: np.ndarray) -> _Candidates:
-        return _Candidates({k: self[k][idx] for k in self.base}, self.derive)
-
-
-def _validations_per_key(va: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
-    """solver.rows_per_key over every validation candidate. As built, the candidates of one
-    piece (shape, signature, kind) are contiguous and share their keys, so each key's rows are
-    its pieces' ranges: no sort of 2 x 1.5M key entries at a million offers."""
-    pieces = getattr(va, "pieces", None)
-    if pieces is None:
-        return rows_per_key(va["keys"], np.ones(len(va["row"]), dtype=bool))
-    table, starts = pieces
-    by_key: dict[int, list[int]] = {}
-    for p, (model_key, arch_key) in enumerate(table[:, 3:5].tolist()):
-        if starts[p + 1] > starts[p]:
-            for key in (model_key, arch_key):
-                by_key.setdefault(key, []).append(p)
-    return {key: np.concatenate([np.arange(starts[p], starts[p + 1]) for p in by_key[key]]) for key in sorted(by_key)}
-
-
-def _subset(arrays: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
-    if isinstance(arrays, _Candidates):
-        return arrays.subset(idx)
-    return {k: v[idx] for k, v in arrays.items()}
 
 
 def _float_codes(values: np.ndarray) -> np.ndarray:
@@ -1522,27 +1176,14 @@ def _nan_none(x: float) -> float | None:
     return None if x != x else float(x)
 
 
-Transfer = Literal["import", "export"]
+def train_id(provider: str, offer_id: str, nodes: int, kind: int) -> str:
+    """A training candidate's id: its offer, node count and price kind."""
+    return f"t:{provider}:{offer_id}:{nodes}:{kind}"
 
 
-def _link_mbps(holder: Offer | OfferTable, transfer: Transfer) -> Any:
-    """The bandwidth a transfer runs at, the one home of which way each goes: an import (base
-    weights and data into a fresh instance) downloads; an export (final weights and kept
-    checkpoints, or a destroyed validation's data and checkpoint) uploads. `holder` is an Offer
-    (Mbit/s, None unstated) or an OfferTable (a column per row, NaN unstated)."""
-    return holder.net_down_mbps if transfer == "import" else holder.net_up_mbps
-
-
-def _move_hours(gb: Decimal, offer: Offer, transfer: Transfer) -> Decimal:
-    """Hours to move `gb` in or out of `offer`'s instance (an unstated speed is DEFAULT_MBPS)."""
-    return transfer_hours(gb, _link_mbps(offer, transfer) or DEFAULT_MBPS) or Decimal(0)
-
-
-def _transfer_hours(gb: float, table: OfferTable, transfer: Transfer) -> np.ndarray:
-    """`_move_hours` as floats per row of `table`, for the first pass."""
-    mbps = _link_mbps(table, transfer)
-    rate = np.where(np.isnan(mbps) | (mbps <= 0), DEFAULT_MBPS, mbps)
-    return gb * 8000 / rate / 3600
+def validate_id(provider: str, offer_id: str, kind: int, signature: int) -> str:
+    """A validation candidate's id: its offer, price kind and signature number."""
+    return f"v:{provider}:{offer_id}:{kind}:{signature}"
 
 
 def _v_keys(c: Candidate) -> frozenset:
@@ -1802,7 +1443,7 @@ def _plan(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan
         notes += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.notes]
         key += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.key_notes]
     tb, eb = bill.stage("train"), bill.stage("export")
-    export_h = _move_hours(planned.prep.export_gb, t.offer, "export")
+    export_h = transfer_hours(planned.prep.export_gb, t.offer, "export")
     stages.append(_stage("train", t, tb, t.use.hours, t.layout.strategy))
     stages.append(_stage("export", t, eb, export_h, "copy out, verify, destroy", gpus=0))
     if bill.choice.idle not in ("stop", "continue"):

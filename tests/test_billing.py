@@ -36,7 +36,6 @@ from rentopt.optimizer.billing import (
     rental_pricing,
     round_money,
     storage_line,
-    transfer_hours,
     transfer_line,
     use_bounds,
 )
@@ -254,9 +253,15 @@ def test_offer_terms_convert_and_carry_the_stop_rules(fx):
 
 
 def test_transfer_hours():
+    from rentopt.optimizer.models import Offer
+    from rentopt.optimizer.stage_hours import transfer_hours
+
     # 500 GB = 4e12 bit at 1000 Mbit/s = 4000 s = 1.1111... h, rounded up
-    assert transfer_hours(D(500), 1000) == D("1.111112")
-    assert transfer_hours(D(500), None) is None and transfer_hours(D(500), 0) is None
+    assert transfer_hours(D(500), Offer.model_construct(net_down_mbps=1000.0), "import") == D("1.111112")
+    # an export uploads: at 100 Mbit/s, 40,000 s = 11.1111... h; an unstated or zero speed is 1 Gbit/s
+    assert transfer_hours(D(500), Offer.model_construct(net_down_mbps=1000.0, net_up_mbps=100.0), "export") == D("11.111112")
+    assert transfer_hours(D(500), Offer.model_construct(net_up_mbps=None), "export") == D("1.111112")
+    assert transfer_hours(D(500), Offer.model_construct(net_up_mbps=0.0), "export") == D("1.111112")
 
 
 def test_round_money_for_display():
@@ -570,7 +575,7 @@ gb_of = st.sampled_from([D(0), D(15), D(40), D(300)])
 
 
 def _rough(o: Offer, fx: FxTable):  # noqa: ANN202
-    from rentopt.optimizer.billing import PriceColumns
+    from rentopt.optimizer.first_pass import PriceColumns
     from rentopt.optimizer.offer_table import OfferTable
 
     table = OfferTable.from_offers([o])
@@ -581,7 +586,8 @@ def _rough(o: Offer, fx: FxTable):  # noqa: ANN202
 @settings(max_examples=int(__import__("os").environ.get("ROUGH_EXAMPLES", "300")), deadline=None, derandomize=True)
 @given(priced_offers(), st.data())
 def test_rough_bounds_contain_the_exact_bills(o, data):
-    from rentopt.optimizer.billing import alone_bounds_arrays, lease_bounds_arrays, price_alone
+    from rentopt.optimizer.billing import price_alone
+    from rentopt.optimizer.first_pass import alone_bounds_arrays, lease_bounds_arrays
 
     fx7 = FxTable.load(overrides={"CNY": D(7)})
     exact_terms = offer_terms(o, fx7, "USD")
@@ -647,7 +653,7 @@ def test_the_alone_floor_of_a_short_run_is_its_metered_price_or_one_block_not_a_
 def test_rough_lease_bounds_allow_a_mixed_cover_below_any_single_option():
     # 2.00/h or a 30.00 day: 4 h + 30 h on one instance = 34 h = a day + 10 h = 50.00, while the
     # best single option alone is 2 days = 60.00. The rough lower bound must not exceed 50.
-    from rentopt.optimizer.billing import lease_bounds_arrays
+    from rentopt.optimizer.first_pass import lease_bounds_arrays
 
     fx = FxTable.load()
     o = offer([PriceOption(unit=HOUR, amount=D("2.00")), PriceOption(unit=DAY, amount=D("30"))], currency="USD")
@@ -666,7 +672,8 @@ def test_rough_bounds_of_a_block_priced_run_are_tight():
     and 72 h metered 198.00, a month 438.00). The bounds must hold it closely: upper the cover
     itself, lower within 3 % (a bound that counts every hour at the month's rate, 144.00, keeps
     offers the exact pass then prices for nothing)."""
-    from rentopt.optimizer.billing import alone_bounds_arrays, price_alone
+    from rentopt.optimizer.billing import price_alone
+    from rentopt.optimizer.first_pass import alone_bounds_arrays
 
     fx = FxTable.load()
     o = offer([PriceOption(unit=HOUR, amount=D("1.00")), PriceOption(unit=DAY, amount=D("20.40")),
@@ -683,7 +690,7 @@ def test_rough_bounds_of_a_block_priced_run_are_tight():
 def test_rough_seconds_are_not_pushed_a_granule_up_by_float_error():
     """0.05 h + 0.5 h of copy-out at 4.82/h by the minute: 33 minutes, 2.65 (1980 s; float
     arithmetic makes it 1980.0000000000002 s, and a ceiling of that bills a 34th minute, 2.73)."""
-    from rentopt.optimizer.billing import alone_bounds_arrays
+    from rentopt.optimizer.first_pass import alone_bounds_arrays
 
     fx = FxTable.load()
     o = offer([PriceOption(unit=HOUR, amount=D("4.82"))], currency="USD", billing_granularity_s=60,

@@ -14,8 +14,8 @@ from decimal import ROUND_CEILING, Decimal
 
 import pytest
 
+import rentopt.optimizer.first_pass as first_pass
 import rentopt.optimizer.planner as planner
-from rentopt.optimizer.billing import transfer_hours
 from rentopt.optimizer.catalog import OfferSet
 from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.hardware import get_gpu
@@ -104,7 +104,9 @@ def test_spot_hours_count_the_work_lost_and_the_restart_after_each_preemption():
     req = request(tokens=2e9, spot=True, checkpoint_every_hours=D(2))
     planned = plan_instance(req, [o], FX, first_pass=False)
     by_kind = {c.use.spot: c for c in planned.candidates.values()}
-    moving = transfer_hours(planned.prep.import_gb, 10_000) + transfer_hours(planned.prep.export_gb, 10_000)
+    # the import and export at 10 Gbit/s: GB x 8000 Mbit / 10,000 Mbit/s / 3600 s, each rounded up to 1e-6 h
+    moving = sum(((gb * 8000 / 10_000) / 3600).quantize(D("0.000001"), rounding=ROUND_CEILING)
+                 for gb in (planned.prep.import_gb, planned.prep.export_gb))
     on_demand, spot = by_kind[False].use.hours - moving, by_kind[True].use.hours - moving
     assert spot / on_demand == pytest.approx(Decimal("1.0625"), rel=Decimal("1e-6"))
     # a hyperscaler's published interruption rate is 0.0005/h: 1 + 0.0005 x 1.25 = 1.000625
@@ -125,7 +127,7 @@ def test_a_fixed_rental_narrowed_by_cost_per_token_keeps_the_cheaper_per_token_o
     # well on NVLink), so per token it is the group's best plan. Narrowing (forced here for a
     # small catalog) starts from the 8 cheapest by total, none of them the node: it must compare
     # the node's cost per token with the heads' cost per token, not its total.
-    monkeypatch.setattr(planner, "HEADS_FROM", 0)
+    monkeypatch.setattr(first_pass, "HEADS_FROM", 0)
     singles = [offer(f"one-{i}", "2.00") for i in range(9)]
     node = offer("eight", "10.00", gpus=8)
     req = request(rent_days=D(10))

@@ -346,10 +346,10 @@ def test_narrowing_from_group_heads_matches_brute_force(monkeypatch, req, catalo
     """The first pass on a large instance prunes the cheapest candidate of each group and key
     first, then adds what could still win: forced here on every example, from one head each,
     on catalogs of up to 8 offers in few groups (so most candidates are not heads)."""
-    import rentopt.optimizer.planner as planner
+    import rentopt.optimizer.first_pass as first_pass
 
-    monkeypatch.setattr(planner, "HEADS_FROM", 0)
-    monkeypatch.setattr(planner, "HEADS", 1)
+    monkeypatch.setattr(first_pass, "HEADS_FROM", 0)
+    monkeypatch.setattr(first_pass, "HEADS", 1)
     _check(req, catalog, "auto")
 
 
@@ -367,10 +367,10 @@ def test_narrowing_keeps_the_lease_partner_of_a_run_that_is_no_head(monkeypatch)
     month-only offers, M and M2, have the lower rate per hour), and its validation alone is dearer
     than two others (V, V2: 0.67/h and 0.70/h, at most 5 h, so they cannot train): the lease
     partner of a candidate that survives must be kept anyway, or the best plan is lost."""
-    import rentopt.optimizer.planner as planner
+    import rentopt.optimizer.first_pass as first_pass
 
-    monkeypatch.setattr(planner, "HEADS_FROM", 0)
-    monkeypatch.setattr(planner, "HEADS", 2)
+    monkeypatch.setattr(first_pass, "HEADS_FROM", 0)
+    monkeypatch.setattr(first_pass, "HEADS", 2)
     catalog = [_l40s("M", [PriceOption(unit="month", amount=Decimal(1000))]),
                _l40s("M2", [PriceOption(unit="month", amount=Decimal(1010))]),
                _l40s("R", [PriceOption(unit="week", amount=Decimal(300))]),
@@ -388,10 +388,10 @@ def test_narrowing_keeps_a_cheap_validation_whose_rate_per_hour_is_not_the_lowes
     on VC and destroys it (0.70 more than training alone), cheaper than validating on T itself
     (2.00 more) or on VM (300.00): a validation no head and no lease partner must still be kept
     when its floor is under its key's second-cheapest."""
-    import rentopt.optimizer.planner as planner
+    import rentopt.optimizer.first_pass as first_pass
 
-    monkeypatch.setattr(planner, "HEADS_FROM", 0)
-    monkeypatch.setattr(planner, "HEADS", 1)
+    monkeypatch.setattr(first_pass, "HEADS_FROM", 0)
+    monkeypatch.setattr(first_pass, "HEADS", 1)
     catalog = [_l40s("T", [PriceOption(unit="hour", amount=Decimal("2.00"))]),
                _l40s("VM", [PriceOption(unit="month", amount=Decimal(300))], max_duration_hours=5.0),
                _l40s("VC", [PriceOption(unit="hour", amount=Decimal("0.70"))], max_duration_hours=5.0)]
@@ -408,10 +408,10 @@ def test_narrowing_bounds_a_short_validation_by_its_hourly_price_not_below_it(mo
     7.00: 28.03. All three may run 5 h at most, so only T (20.00/h) trains. VC's floor passes the
     heads' limit, and so must its closer bound (its own metered bill): the best plan validates on
     VC and destroys it. A bound 3 % above VC's bill would drop VC for VD1."""
-    import rentopt.optimizer.planner as planner
+    import rentopt.optimizer.first_pass as first_pass
 
-    monkeypatch.setattr(planner, "HEADS_FROM", 0)
-    monkeypatch.setattr(planner, "HEADS", 2)
+    monkeypatch.setattr(first_pass, "HEADS_FROM", 0)
+    monkeypatch.setattr(first_pass, "HEADS", 2)
     hour = lambda amount: PriceOption(unit="hour", amount=Decimal(amount))  # noqa: E731
     month = lambda amount: PriceOption(unit="month", amount=Decimal(amount))  # noqa: E731
     short = dict(max_duration_hours=5.0)
@@ -446,10 +446,10 @@ def test_under_a_deadline_nothing_is_narrowed_away_for_being_dear(monkeypatch):
     0.55/h) download at 100 Mbit/s, VF (1.50/h) at 10 Gbit/s; 1.25 h after T's training at the
     slow end leaves room for VF's 1.0 h, not for VS's 1.5 h. Validating on VF and
     destroying it beats validating on T itself (2.00/h), so VF must reach the exact pass."""
-    import rentopt.optimizer.planner as planner
+    import rentopt.optimizer.first_pass as first_pass
 
-    monkeypatch.setattr(planner, "HEADS_FROM", 0)
-    monkeypatch.setattr(planner, "HEADS", 2)  # VS and VS2: two cheaper validations than VF
+    monkeypatch.setattr(first_pass, "HEADS_FROM", 0)
+    monkeypatch.setattr(first_pass, "HEADS", 2)  # VS and VS2: two cheaper validations than VF
     catalog = _trainer_and_three_validators({"net_down_mbps": 100.0, "net_up_mbps": 100.0})
     req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(1),
                        top=TOP_K)
@@ -467,10 +467,10 @@ def test_a_validation_slow_to_copy_out_does_not_count_as_fast(monkeypatch, heads
     leaves room for VF's 1.01 h but not VS's 1.45 h. If the first pass took
     the validation's wall without the copy-out, VS and VS2 would look cheaper and no slower, VF
     would be dropped as dominated, and the quote would validate on T itself (0.50 dearer)."""
-    import rentopt.optimizer.planner as planner
+    import rentopt.optimizer.first_pass as first_pass
 
-    monkeypatch.setattr(planner, "HEADS_FROM", heads_from)
-    monkeypatch.setattr(planner, "HEADS", 2)
+    monkeypatch.setattr(first_pass, "HEADS_FROM", heads_from)
+    monkeypatch.setattr(first_pass, "HEADS", 2)
     catalog = _trainer_and_three_validators({"net_up_mbps": 100.0})
     req = QuoteRequest(model=MODEL, setup=TrainingSetup(mode="lora"), tokens=4e9, validate_hours=Decimal(1),
                        data_gb=Decimal(20), top=TOP_K)
@@ -490,7 +490,9 @@ def test_validations_per_key_from_pieces_is_the_sorted_grouping(spot):
     import rentopt.optimizer.planner as planner
     from rentopt.optimizer.catalog import bundled_snapshot
     from rentopt.optimizer.offer_table import OfferTable
+    from rentopt.optimizer.first_pass import validations_per_key
     from rentopt.optimizer.solver import rows_per_key
+    from rentopt.optimizer.stage_hours import transfer_hours_per_row
     from rentopt.optimizer.workload import resolve_model
 
     table = OfferTable.from_offers([o for p in bundled_snapshot().providers for o in p.offers])
@@ -499,13 +501,12 @@ def test_validations_per_key_from_pieces_is_the_sorted_grouping(spot):
     kinds = (0, 1) if spot else (0,)
     usable = built._usable_rows(kinds)
     shapes = built._shapes(usable)
-    import_h = planner._transfer_hours(float(built.prep.import_gb), table, "import")
-    export_h = planner._transfer_hours(float(built.prep.export_gb), table, "export")
-    va = built._validate_arrays(shapes, kinds, usable, built._train_arrays(shapes, kinds, usable, import_h, export_h),
-                                import_h)
-    assert va.pieces is not None and len(va["row"]) > 1000
-    found = planner._validations_per_key(va)
-    want = rows_per_key(va["keys"], np.ones(len(va["row"]), dtype=bool))
+    import_h = transfer_hours_per_row(float(built.prep.import_gb), table, "import")
+    built._train_columns(shapes, kinds, import_h)
+    va, _ = built._validate_columns(shapes, kinds, import_h)
+    assert va.starts is not None and len(va) > 1000
+    found = validations_per_key(va)
+    want = rows_per_key(va.keys, np.ones(len(va), dtype=bool))
     assert list(found) == list(want) and all(found[k].tolist() == want[k].tolist() for k in want)
 
 

@@ -26,17 +26,8 @@ def _gb(x: float) -> str:
 def estimate_header(model: ModelSpec, setup: TrainingSetup) -> str:
     parts = [f"{model.name} ({model.total_params / 1e9:.2f}B params)", setup.mode, setup.precision,
              f"seq {setup.seq_len} x micro-batch {setup.micro_batch}", f"{setup.gpus} GPU{'s' if setup.gpus > 1 else ''}"]
-    layout = []
-    if setup.zero:
-        layout.append(f"ZeRO-{setup.zero}")
-    if setup.fsdp:
-        layout.append("FSDP")
-    if setup.tensor_parallel > 1:
-        layout.append(f"TP{setup.tensor_parallel}")
-    if setup.offload != "none":
-        layout.append(f"offload {setup.offload}")
-    if layout:
-        parts.append(" + ".join(layout))
+    if layout := setup_layout_text(setup):
+        parts.append(layout)
     return ", ".join(parts)
 
 
@@ -124,7 +115,7 @@ def estimate_table(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
         lines += speed_section(speed) + [""]
     if layout_memory is not None and speed is not None and speed.layout is not None:
         lines.append(f"Memory as configured on the command line ({setup.gpus} GPU{'s' if setup.gpus > 1 else ''}"
-                     f"{', ' + setup_layout_text(setup) if setup_layout_text(setup) else ''}); "
+                     f"{', ' + layout if (layout := setup_layout_text(setup)) else ''}); "
                      f"on {speed.layout.strategy} it is {layout_memory.required_gb_per_gpu:,.2f} GB per GPU:")
     comp = [
         ["weights", _gb(b.weights), "parameters resident on each GPU (sharded/quantised as configured)"],
@@ -155,6 +146,7 @@ def estimate_table(model: ModelSpec, setup: TrainingSetup, est: MemoryEstimate,
 
 
 def setup_layout_text(setup: TrainingSetup) -> str:
+    """The layout flags a setup pins, in short words ("ZeRO-3 + offload all"); "" when none."""
     parts = []
     if setup.zero:
         parts.append(f"ZeRO-{setup.zero}")

@@ -142,14 +142,19 @@ def _matching_list(value: Any, pattern: re.Pattern[str], what: str) -> Any:
     return items
 
 
-def _seconds(value: Any, high: float) -> float:
+def _positive_at_most(value: Any, high: float, noun: str, unit: str) -> float:
+    """A finite number above 0 and at most `high`, or a ValueError naming the unit."""
     try:
-        seconds = float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        raise ValueError("not a number of seconds") from None
-    if not math.isfinite(seconds) or seconds <= 0 or seconds > high:
-        raise ValueError(f"must be above 0 and at most {high:g} seconds")
-    return seconds
+        raise ValueError(f"not a number of {noun}") from None
+    if not math.isfinite(number) or number <= 0 or number > high:
+        raise ValueError(f"must be above 0 and at most {high:g} {unit}")
+    return number
+
+
+def _seconds(value: Any, high: float) -> float:
+    return _positive_at_most(value, high, "seconds", "seconds")
 
 
 class Settings(BaseModel):
@@ -203,13 +208,7 @@ class Settings(BaseModel):
     @field_validator("max_download_mb", mode="before")
     @classmethod
     def _max_download(cls, v: Any) -> Any:
-        try:
-            mb = float(v)
-        except (TypeError, ValueError):
-            raise ValueError("not a number of mebibytes") from None
-        if not math.isfinite(mb) or mb <= 0 or mb > MAX_DOWNLOAD_MB:
-            raise ValueError(f"must be above 0 and at most {MAX_DOWNLOAD_MB:g} MiB")
-        return mb
+        return _positive_at_most(v, MAX_DOWNLOAD_MB, "mebibytes", "MiB")
 
     @field_validator("http_retries", mode="before")
     @classmethod

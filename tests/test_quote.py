@@ -156,22 +156,39 @@ def test_every_plan_does_the_same_work_with_its_time_speed_and_cost_per_token(tm
         offer("a6000", hourly="0.49", gpus=1, **A6000), offer("h100", hourly="2.00", gpus=1, **H100),
         offer("l40s", gpu="L40S-48GB", memory=48, hourly="0.90", gpus=1),
     ])
+    # A speed measured on the A6000 pins that plan's typical rate, so its bill can be worked by hand.
     data = quote_json("--model", "13b", "--mode", "lora", "--tokens", "4e8", "--offers-file", str(offers),
-                      "--no-validate")
+                      "--no-validate", "--measured-tokens-per-second", "1000", "--measured-on", "1xRTX-A6000-48GB")
     assert data["work"]["tokens"] == 4e8 and data["work"]["basis"] == "--tokens"
-    assert len(data["plans"]) == 3
-    for plan in data["plans"]:
+    plans = {plan_stage(p, "train")["offer_id"]: p for p in data["plans"]}
+    assert sorted(plans) == ["a6000", "h100", "l40s"]
+    for plan in plans.values():
         assert Decimal(plan["tokens"]) == Decimal("4e8")
         rate = plan["tokens_per_second"]
-        assert rate["low"] < rate["typical"] < rate["high"]
-        train = plan_stage(plan, "train")
-        # running hours = tokens / typical rate + moving 36.03 GB in and 0.25 GB + 2 x 0.75 GB out
-        moving = (Decimal("36.03") + Decimal("1.75")) * 8000 / 1000 / 3600
-        assert float(train["hours"]) == pytest.approx(4e8 / rate["typical"] / 3600 + float(moving), rel=1e-5)
+        assert rate["low"] < rate["typical"] < rate["high"]  # a range, not a value
         assert Decimal(plan["hours_low"]) < Decimal(plan["hours"]) < Decimal(plan["hours_high"])
         assert Decimal(plan["total_low"]) < Decimal(plan["total"]) < Decimal(plan["total_high"])
-        per_billion = (Decimal(plan["total"]) / Decimal("0.4")).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-        assert Decimal(plan["cost_per_billion_tokens"]) == per_billion
+    # By hand, the A6000 at the measured 1000 tokens/s; each stage piece is rounded up to 1e-6 h:
+    #   training 4e8 / 1000 = 400,000 s = 111.1111... h -> 111.111112 h
+    #   import 36.03 GB (26.03 GB weights + 10 GB data) x 8000 / 1000 Mbit/s = 288.24 s -> 0.080067 h
+    #   export 0.25 GB adapters + 2 x 0.75 GB checkpoints = 1.75 GB -> 14 s -> 0.003889 h
+    #   running hours 111.111112 + 0.080067 + 0.003889 = 111.195068 h
+    a6000 = plans["a6000"]
+    assert a6000["tokens_per_second"]["typical"] == 1000
+    assert Decimal(plan_stage(a6000, "train")["hours"]) == Decimal("111.195068")
+    # compute billed per second: 111.195068 h x 0.49 = 54.4856 -> 54.49 USD; disk 37.53 GB
+    # (36.03 GB + 2 x 0.75 GB checkpoints) x 0.10 USD/GB-month x 111.195068 h / 730 h = 0.5717 -> 0.57
+    assert Decimal(a6000["line_items"]["compute"]) == Decimal("54.49")
+    assert Decimal(a6000["line_items"]["storage_running"]) == Decimal("0.57")
+    assert Decimal(a6000["total"]) == Decimal("55.06")
+    assert Decimal(a6000["cost_per_billion_tokens"]) == Decimal("137.65")  # 55.06 USD / 0.4 billion tokens
+    # The other two run at their own modelled speeds: their hours are the same tokens at the
+    # speed each plan states, plus the same 0.083956 h of moving data (a relation between the
+    # plan's own figures; the A6000 above is the check on the values)
+    for name in ("h100", "l40s"):
+        plan = plans[name]
+        hours = 4e8 / plan["tokens_per_second"]["typical"] / 3600 + 0.080067 + 0.003889
+        assert float(plan_stage(plan, "train")["hours"]) == pytest.approx(hours, abs=2e-6)
     totals = [Decimal(p["total"]) for p in data["plans"]]
     assert totals == sorted(totals)
 

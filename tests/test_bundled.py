@@ -1,7 +1,7 @@
-"""The bundled snapshot's planning columns (optimizer/bundled.py): the shipped file is the one
-the build writes for the shipped snapshot, it reads back as exactly the table and the offers
-of the snapshot parsed in full, and a file that is missing, damaged or of another snapshot is
-never used (the quote parses the snapshot instead and prices the same plans)."""
+"""The bundled snapshot's planning columns (optimizer/bundled.py): the shipped file holds
+published rows as read by hand, it reads back as exactly the table and the offers of the
+snapshot parsed in full, and a file that is missing, damaged or of another snapshot is never
+used (the quote parses the snapshot instead and prices the same plans)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import json
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -28,10 +29,38 @@ def shipped() -> tuple[bytes, bytes]:
     return (DATA / "snapshot-columns.bin.gz").read_bytes(), (DATA / SNAPSHOT_RESOURCE.split("/")[-1]).read_bytes()
 
 
-def test_the_shipped_columns_are_what_the_build_writes_for_the_shipped_snapshot():
-    columns, snapshot = shipped()
-    assert bundled.encode(snapshot, parse_snapshot(snapshot)) == columns, "run tools/build_snapshot.py: the columns are of another snapshot"
-    assert bundled.load() is not None  # and the quote reads them
+def test_the_shipped_columns_hold_published_rows_as_read_by_hand():
+    read = bundled.load()
+    assert read is not None  # present, and tied to the shipped snapshot by its SHA-256
+    part, _ = read.part(["gcp", "lambda", "vast", "jygpu"])
+    table = part.table()
+    row = {table.key(i): i for i in range(table.n)}
+    on_demand, spot = 0, 1  # the price columns' first index
+
+    def cells(provider: str, offer_id: str) -> tuple:
+        i = row[(provider, offer_id)]
+        return (table.gpu[i], int(table.gpus[i]), float(table.gpu_memory_gb[i]), table.currency[i], bool(table.spot[i]))
+
+    # gcp 2026-05-20 catalog, us-central1-a: a3-highgpu-8g host 9.46006 + 8 x H100 33.60609 = 43.06615 USD/h;
+    # spot 3.86318 + 32.0104 = 35.87358, a separate offer
+    h100 = row[("gcp", "a3-highgpu-8g/us-central1-a")]
+    assert cells("gcp", "a3-highgpu-8g/us-central1-a") == ("H100-SXM-80GB", 8, 80.0, "USD", False)
+    assert table.hourly[on_demand, h100] == 43.06615
+    assert table.hourly[spot, row[("gcp", "a3-highgpu-8g/us-central1-a/spot")]] == 35.87358
+    # lambda: gpu_8x_h100_sxm5,H100,8.0,208.0,1800.0,31.92,us-east-1 (no spot price)
+    lam = row[("lambda", "gpu_8x_h100_sxm5/us-east-1")]
+    assert cells("lambda", "gpu_8x_h100_sxm5/us-east-1") == ("H100-SXM-80GB", 8, 80.0, "USD", False)
+    assert table.hourly[on_demand, lam] == 31.92 and np.isnan(table.hourly[spot, lam])
+    # vast: 2x-RTX_5090-32-65536,RTX5090,2,...,0.93,0.00,"Taiwan, TW, AS" (0.00 spot: none)
+    vast = row[("vast", "2x-RTX_5090-32-65536/Taiwan, TW, AS")]
+    assert cells("vast", "2x-RTX_5090-32-65536/Taiwan, TW, AS") == ("RTX-5090-32GB", 2, 32.0, "USD", False)
+    assert table.hourly[on_demand, vast] == 0.93 and np.isnan(table.hourly[spot, vast])
+    # JYGPU's sheet: the 8 x RTX 4090 node sold only by the month, 9900 list and 7920 discounted
+    # CNY (the column keeps the cheaper), a 720 h month; no hourly price
+    jy = row[("jygpu", "8x-rtx4090")]
+    assert cells("jygpu", "8x-rtx4090") == ("RTX-4090-24GB", 8, 24.0, "CNY", False)
+    assert table.month[on_demand, jy] == 7920 and table.month_hours[jy] == 720
+    assert np.isnan(table.hourly[on_demand, jy])
 
 
 def test_the_columns_read_back_as_the_snapshot_parsed_in_full():

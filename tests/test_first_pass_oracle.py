@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -231,6 +232,7 @@ def test_the_generator_reaches_what_it_is_meant_to_vary():
     assert seen >= {"train", "multi-node", "spot", "rent-days", "validate", "lease", "two price days"}, seen
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations)
 @settings(max_examples=int(__import__("os").environ.get("PROPERTY_EXAMPLES", "150")), deadline=None,
           derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                                    HealthCheck.function_scoped_fixture])

@@ -128,6 +128,7 @@ def test_running_out_of_memory_is_one_line_and_exit_4(monkeypatch, capfd):
     assert err.count("\n") == 1 and err.startswith("rentopt: error: out of memory:") and "Traceback" not in err
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux has it")
 def test_a_large_offers_file_under_a_memory_cap_is_one_line_and_exit_4(tmp_path):
     """The defect as found: 100k rows under a memory cap gave a bare MemoryError or a SystemError."""

@@ -1,6 +1,14 @@
-"""End-to-end `rentopt quote` speed over a price store of 10,000 and 100,000 offers.
+"""End-to-end `rentopt quote` speed: the bundled snapshot against its import floor, then over a
+price store of 10,000 and 100,000 offers.
 
-    .venv/bin/python benchmarks/bench_quote.py [--sizes 10000,100000] [--repeat 3]
+    .venv/bin/python benchmarks/bench_quote.py [--sizes 10000,100000] [--repeat 5] [--bundled-repeat 10]
+
+The mission quote (`rentopt quote --model 13b --mode lora --days 10`, no store: the bundled
+snapshot) is timed in --bundled-repeat pairs, each a run of its floor just before a run of the
+quote, every run a fresh process: wall and CPU (user + system, from os.wait4) medians and the
+median of the pairs' ratios (target, issue 25: <= 1.6x). The floor is Python importing exactly
+the third-party modules that quote loads (benchmarks/floors.py finds them by running it), so
+the ratio is rentopt's own cost. `rentopt --help` and `rentopt estimate` are timed the same way.
 
 Targets (issue 4): process start to printed plan in at most 1 s over 10,000 offers and 5 s
 over 100,000 on the 2-core development machine. Each size is timed as a fresh subprocess
@@ -26,6 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+MISSION = ["quote", "--model", "13b", "--mode", "lora", "--days", "10"]
+# Other bundled commands whose start-up must not regress, each against its own floor.
+BUNDLED_OTHERS = {"--help": ["--help"], "estimate": ["estimate", "--model", "13b", "--mode", "lora"]}
 JOBS = {
     "13b lora 10 days": ["--model", "13b", "--mode", "lora", "--days", "10"],
     "7b full 2B tokens": ["--model", "7b", "--mode", "full", "--tokens", "2e9"],
@@ -62,6 +73,46 @@ def time_subprocess(home: Path, args: list[str], repeat: int) -> tuple[float, fl
         if proc.returncode != 0:
             raise SystemExit(f"quote failed: {proc.stderr.strip()}")
     return min(times), statistics.median(times)
+
+
+def _wall_and_cpu(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall s, CPU s: the child's user + system time) of one run of `argv`."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read() if proc.stderr else b""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(argv[3:])} failed: {err.decode(errors='replace').strip()[-500:]}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def time_against_floor(args: list[str], env: dict[str, str], repeat: int) -> str:
+    """`rentopt ARGS` and its floor (floors.py) in `repeat` pairs, floor first: one line of
+    medians and the median of the pairs' ratios, wall and CPU."""
+    from floors import describe, floor_argv, loaded_libraries
+
+    modules = loaded_libraries(args, env)
+    floor = floor_argv(modules)
+    command = [sys.executable, "-c", "from rentopt.optimizer.cli import main; main()", *args]
+    _wall_and_cpu(floor, env)  # warm the page cache and the .pyc files
+    _wall_and_cpu(command, env)
+    pairs = [(_wall_and_cpu(floor, env), _wall_and_cpu(command, env)) for _ in range(repeat)]
+    med = statistics.median
+    return (f"{med(c[0] for _, c in pairs):.3f} s wall, {med(c[1] for _, c in pairs):.3f} s CPU; floor "
+            f"{med(f[0] for f, _ in pairs):.3f} s wall, {med(f[1] for f, _ in pairs):.3f} s CPU; x floor (paired) "
+            f"{med(c[0] / f[0] for f, c in pairs):.2f} wall, {med(c[1] / f[1] for f, c in pairs):.2f} CPU\n"
+            f"      floor: {describe(modules)}")
+
+
+def bundled(repeat: int) -> None:
+    """The bundled-snapshot commands against their floors (no store: RENTOPT_HOME is empty)."""
+    with tempfile.TemporaryDirectory() as home:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["RENTOPT_HOME"] = home
+        print(f"bundled snapshot, {repeat} pairs (medians)")
+        for name, args in {"mission quote": MISSION, **BUNDLED_OTHERS}.items():
+            print(f"  {name:<14} {time_against_floor(args, env, repeat)}")
 
 
 def breakdown(home: Path, args: list[str]) -> dict[str, float]:
@@ -105,8 +156,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--bundled-repeat", type=int, default=10, help="pairs for the bundled-snapshot commands (0: skip)")
     args = ap.parse_args()
-    for n in (int(x) for x in args.sizes.split(",")):
+    if args.bundled_repeat:
+        bundled(args.bundled_repeat)
+    for n in (int(x) for x in args.sizes.split(",") if x):
         with tempfile.TemporaryDirectory() as tmp:
             home = Path(tmp) / "home"
             start = time.perf_counter()

@@ -7,9 +7,10 @@ Each quote is a fresh process (`python -c "from rentopt.optimizer.cli import mai
 ...`), timed wall-clock, best and median of --repeat runs after one untimed warm-up, with its
 peak RSS (the child's own ru_maxrss, from os.wait4; the offers are written by separate
 interpreters so the bench process stays small). The import floor is timed the same way in
-the same interpreter: Python and the libraries a quote really imports (click, tabulate, numpy,
-pydantic, platformdirs, pyarrow's CSV reader; OR-Tools and pandas load only when a CP-SAT model
-is built), and, where polars is installed, polars' own read + argmin of the same file. Reported per size: the ratio of the
+the same interpreter, per source: Python and exactly the third-party modules a quote from that
+source loads (benchmarks/floors.py runs one and lists them: an offers file's quote loads
+pyarrow's CSV reader, a store's does not; OR-Tools and pandas load only when a CP-SAT model is
+built), and, where polars is installed, polars' own read + argmin of the same file. Reported per size: the ratio of the
 best to the best floor, the median ratio of runs each paired with a floor run just before it
 ("x paired": the figure to read on a machine whose speed drifts), and the cost growth in
 microseconds per offer ((time - floor) / offers).
@@ -38,10 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import marketplace  # noqa: E402
+from floors import describe, floor_argv, loaded_libraries  # noqa: E402
 
 JOB = ["--model", "13b", "--mode", "lora", "--days", "10"]
-# The libraries a quote really imports (ortools and pandas load only when a CP-SAT model is built).
-FLOOR = "import click, tabulate, numpy, pydantic, platformdirs, pyarrow.csv, pyarrow.compute"
 # polars' own read of the same file and argmin of its hourly prices: the physical floor of
 # "read the offers, find the cheapest" (optional: skipped where polars is not installed).
 POLARS = """
@@ -168,10 +168,7 @@ def main() -> None:
                                               "on the next run (a 1M-offer store takes minutes to write)")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    floor_argv = [sys.executable, "-c", FLOOR]
-    floor_best, floor_median, floor_rss, _ = timed(floor_argv, env, max(args.repeat, 5), 60)
-    print(f"import floor (python + the libraries a quote imports): best {floor_best:.3f} s, "
-          f"median {floor_median:.3f} s, {floor_rss / 1024:.0f} MB")
+    floors: dict[str, tuple[list[str], float]] = {}  # source -> (floor's argv, its best wall)
     quote = [sys.executable, "-c", "from rentopt.optimizer.cli import main; main()", "quote", *JOB]
     print(f"{'offers':>9} {'source':<6} {'best s':>7} {'median s':>8} {'x floor':>7} {'x paired':>8} {'us/offer':>8} "
           f"{'peak MB':>8}")
@@ -195,8 +192,15 @@ def main() -> None:
                         seconds = fill_store(home, n)
                         print(f"          (store of {n:,} offers written in {seconds:.1f} s)")
                     argv = quote
+                if source not in floors:  # the libraries this source's quote loads, found by running one
+                    modules = loaded_libraries(argv[3:], run_env)
+                    f_best, f_median, f_rss, _ = timed(floor_argv(modules), env, max(args.repeat, 5), 60)
+                    print(f"          import floor of {source} quotes (python + {describe(modules)}): "
+                          f"best {f_best:.3f} s, median {f_median:.3f} s, {f_rss / 1024:.0f} MB")
+                    floors[source] = (floor_argv(modules), f_best)
+                floor, floor_best = floors[source]
                 repeat = args.repeat if n < 1_000_000 else max(1, args.repeat // 2)
-                best, median, rss, paired = timed(argv, run_env, repeat, args.timeout, floor_argv)
+                best, median, rss, paired = timed(argv, run_env, repeat, args.timeout, floor)
                 if best == float("inf"):
                     print(f"{n:>9,} {source:<6} over the {args.timeout:.0f} s limit")
                     continue

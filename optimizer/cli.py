@@ -1196,8 +1196,26 @@ def _debug_requested() -> bool:
 HUGEPAGE_SETTING = "NUMPY_MADVISE_HUGEPAGE"
 
 
+# At exit CPython runs full garbage collections over every object still alive, looking for
+# cycles whose finalizers should run. After a quote that is some 400,000 objects (numpy's,
+# pydantic's, rentopt's modules and catalogs, the plan): 0.06 s of a 0.5 s quote here, to free
+# memory the operating system takes back at once (2026-12-04, benchmarks/bench_quote.py).
+# gc.freeze() in an atexit handler (it runs after the command, before those collections) leaves
+# that memory to the operating system. Nothing rentopt must finish waits for a collection:
+# files are written and closed inside `with` blocks (paths.write_atomically), store
+# connections are closed by theirs, logging flushes in its own atexit handler (registered
+# earlier, so it runs later) and the interpreter flushes stdout and stderr itself.
+def _skip_collections_at_exit() -> None:
+    import atexit
+    import gc
+
+    atexit.unregister(gc.freeze)  # once, however often main() runs in one process (tests)
+    atexit.register(gc.freeze)
+
+
 def main() -> None:
     os.environ.setdefault(HUGEPAGE_SETTING, "0")  # before numpy's import (this module never imports it)
+    _skip_collections_at_exit()
     out_of_memory = False
     # Settings are read (and logging configured) by the group, after click has answered
     # --version and --help: a bad RENTOPT_* value must not hide the help that explains it.

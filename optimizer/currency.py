@@ -31,7 +31,6 @@ import importlib.util
 import io
 import itertools
 import re
-import tomllib
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Union
 
+from rentopt.optimizer import packaged_data
 from rentopt.optimizer.errors import InputError
 from rentopt.optimizer.models import FxRate
 from rentopt.optimizer.paths import rentopt_home
@@ -75,8 +75,7 @@ WITHDRAWN = frozenset({"CYP", "EEK", "HRK", "LTL", "LVL", "MTL", "ROL", "SIT", "
 
 
 def _bundled() -> dict[str, Any]:
-    text = resources.files("rentopt.optimizer").joinpath("data/fx.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return packaged_data.load("data/fx.toml")
 
 
 def _positive_decimal(value: Any) -> Decimal | None:
@@ -171,6 +170,8 @@ def _config_rates(path: Path) -> dict[str, Decimal]:
     """The `[fx]` table of a config file; {} when the file does not exist."""
     if not path.is_file():
         return {}
+    import tomllib
+
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -21,15 +21,14 @@ from __future__ import annotations
 import difflib
 import math
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from rentopt.optimizer import packaged_data
 from rentopt.optimizer.errors import UnknownGpuError
 from rentopt.optimizer.models import GpuMatch, GpuSpec
 
@@ -151,10 +150,17 @@ def _fits_memory(spec: GpuSpec, gb: float) -> bool:
 
 def parse_catalog(text: str) -> dict[str, GpuSpec]:
     """Parse and check a catalog in the gpus.toml format; ValueError names the bad record and field."""
+    import tomllib
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"GPU catalog is not valid TOML: {exc}") from exc
+    return catalog_from_data(data)
+
+
+def catalog_from_data(data: Mapping[str, Any]) -> dict[str, GpuSpec]:
+    """Check a catalog as tomllib reads the gpus.toml format; ValueError names the bad record and field."""
     records = data.get("gpu")
     if not isinstance(records, list) or not records:
         raise ValueError("GPU catalog has no [[gpu]] records")
@@ -254,8 +260,7 @@ def _check_measurements(spec: GpuSpec, where: str) -> None:
 
 @lru_cache(maxsize=1)
 def _packaged_catalog() -> dict[str, GpuSpec]:
-    text = resources.files("rentopt.optimizer").joinpath(*CATALOG_RESOURCE).read_text(encoding="utf-8")
-    return parse_catalog(text)
+    return catalog_from_data(packaged_data.load("/".join(CATALOG_RESOURCE)))
 
 
 def load_catalog() -> dict[str, GpuSpec]:

@@ -11,14 +11,13 @@ import difflib
 import json
 import math
 import re
-import tomllib
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rentopt.optimizer import packaged_data
 from rentopt.optimizer.errors import InputError, UnknownModelError
 from rentopt.optimizer.models import ModelSpec
 
@@ -127,8 +126,7 @@ def _normalise(name: str) -> str:
 
 @cache
 def _catalog() -> _Catalog:
-    text = resources.files("rentopt.optimizer").joinpath("data/models.toml").read_text(encoding="utf-8")
-    return _build_catalog(tomllib.loads(text))
+    return _build_catalog(packaged_data.load("data/models.toml"))
 
 
 def _build_catalog(data: dict[str, Any]) -> _Catalog:

@@ -55,6 +55,7 @@ def test_the_sdist_carries_what_the_tests_need(artefacts):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for needed in ("LICENSE", "README.md", "pyproject.toml", "tests/conftest.py", "tests/test_packaging.py",
                    "tests/providers/helpers.py", "tools/fixture_routes.py", "tools/build_snapshot.py",
+                   "tools/build_data_twins.py",
                    "fixtures/vast/bundles.json", "fixtures/vast/routes.json", "optimizer/data/snapshot.json.gz",
                    "optimizer/data/snapshot-columns.bin.gz",
                    "providers/sheets/jygpu.toml", "rentopt/__init__.py", ".ci/run"):
@@ -72,7 +73,8 @@ def test_the_wheel_installs_exactly_one_top_level_package(artefacts):
     roots = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert roots == {"rentopt"}, roots
     for data in ("rentopt/optimizer/data/snapshot.json.gz", "rentopt/optimizer/data/snapshot-columns.bin.gz",
-                 "rentopt/optimizer/data/gpus.toml",
+                 "rentopt/optimizer/data/gpus.toml", "rentopt/optimizer/data/gpus.toml.json",
+                 "rentopt/optimizer/data/models.toml.json", "rentopt/optimizer/data/fx.toml.json",
                  "rentopt/providers/sheets/jygpu.toml"):
         assert data in names
     assert "rentopt.providers.vast:VastProvider" in entry_points

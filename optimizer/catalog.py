@@ -647,11 +647,19 @@ def _from_offers_file(path: Path, query: OfferQuery, requested: list[str] | None
 
 def _table_from_offers_file(path: Path, query: OfferQuery, requested: list[str] | None) -> OfferSet:
     """`_from_offers_file` as columns: the quote's way to read a large file (offers_reader)."""
-    import numpy as np
-
     from rentopt.optimizer.offers_reader import read_offers_table
 
     whole = read_offers_table(path)
+    provenance = _file_provenance(whole, path, requested)
+    mine = TableColumns(_matching(whole, query))
+    return OfferSet([], "offers-file", provenance, mine.oldest(), f"offers file {path}", columns=mine)
+
+
+def _file_provenance(whole: OfferTable, path: Path, requested: list[str] | None) -> dict[str, Provenance]:
+    """Per provider of an offers file read as a table, its Provenance (as `_from_offers_file`
+    has it: its offers' oldest date, how many); an unknown requested provider is refused."""
+    import numpy as np
+
     p_codes, names = whole.category("provider")
     _check_known(requested, set(names), f"offers file {path}")
     w_codes, whens = whole.category("fetched_at")
@@ -664,13 +672,19 @@ def _table_from_offers_file(path: Path, query: OfferQuery, requested: list[str] 
         oldest[name] = min(when, oldest.get(name, when))
     for i, name in sorted(enumerate(names), key=lambda x: x[1]):
         provenance[name] = Provenance(name, oldest[name], str(path), int(counts[i]), origin="offers-file")
-    mine = TableColumns(_matching(whole, query))
-    return OfferSet([], "offers-file", provenance, mine.oldest(), f"offers file {path}", columns=mine)
+    return provenance
 
 
 def _matching(table: OfferTable, query: OfferQuery) -> OfferTable:
-    """The rows of `table` that `query` keeps: its provider, GPU, count, memory, spot and
-    currency conditions, as OfferQuery.matches has them (region and price need full offers)."""
+    """The rows of `table` that `query` keeps (see `_matching_rows`)."""
+    keep = _matching_rows(table, query)
+    return table if keep.all() else table.take(keep)
+
+
+def _matching_rows(table: OfferTable, query: OfferQuery) -> Any:
+    """Which rows of `table` `query` keeps (a boolean array): its provider, GPU, count, memory,
+    spot and currency conditions, as OfferQuery.matches has them (region and price need more
+    than the table: offers_reader.Listing has them)."""
     import numpy as np
 
     keep = np.ones(table.n, dtype=bool)
@@ -685,7 +699,7 @@ def _matching(table: OfferTable, query: OfferQuery) -> OfferTable:
         keep &= table.gpu_memory_gb >= query.min_gpu_memory_gb
     if query.spot is not None:
         keep &= table.spot == query.spot
-    return table if keep.all() else table.take(keep)
+    return keep
 
 
 def _check_known(requested: list[str] | None, present: set[str], where: str) -> None:
@@ -1029,6 +1043,8 @@ def find_offers(query: OfferQuery, *, offers_file: Path | None = None, sort: Sor
     """`rentopt offers`: the matching offers, sorted and cut to `limit`, with their provenance.
     `suspect`: only the suspect prices among them (optimizer/suspect.py), each offer's reason in
     `extra["suspect"]`; suspect is judged against every provider's offers, not the matching ones."""
+    if offers_file is not None:
+        return _list_offers_file(Path(offers_file), query, sort, limit, suspect)
     if suspect:
         from rentopt.optimizer.suspect import suspect_offers
 
@@ -1043,11 +1059,135 @@ def find_offers(query: OfferQuery, *, offers_file: Path | None = None, sort: Sor
     if not matched:
         found.empty_reason = _why_empty(found, query, suspect)
     found.offers = sort_offers(found.offers, sort)[:limit]
-    if len(found.offers) < matched:
-        found.notes.append(f"showing {len(found.offers)} of {matched} matching offers; raise --limit to see more")
+    _say_cut(found, matched)
     return found
 
 
+def _say_cut(found: OfferSet, matched: int) -> None:
+    if len(found.offers) < matched:
+        found.notes.append(f"showing {len(found.offers)} of {matched} matching offers; raise --limit to see more")
+
+
+def _list_offers_file(path: Path, query: OfferQuery, sort: SortKey, limit: int | None, suspect: bool) -> OfferSet:
+    """`find_offers` of an offers file, on its columns (offers_reader.Listing): filtered, sorted
+    and cut there, so that full offers are built only for the rows shown (a 100,000-line file
+    listed 50 at a time builds 50, not 100,000). The same rows in the same order as
+    `sort_offers` over the file's full offers: prices compare exactly (Decimal), never as floats."""
+    import numpy as np
+
+    from rentopt.optimizer.offers_reader import read_offers_listing
+
+    if sort not in _SORT_PARTS:
+        raise InputError(f"unknown sort key {sort!r}; use {', '.join(_SORT_PARTS)}")
+    listing = read_offers_listing(path)
+    whole = listing.table
+    requested = list(query.providers) if query.providers is not None else None
+    provenance = _file_provenance(whole, path, requested)
+    keep = _matching_rows(whole, query)
+    if query.region is not None:
+        codes, values = listing.region
+        wanted = query.region.lower()
+        keep &= np.array([wanted in (v or "").lower() for v in values], dtype=bool)[codes] if values else False
+    price_codes, prices = listing.hour_price
+    if query.max_hour_price is not None:
+        limit_price = query.max_hour_price
+        keep &= np.array([p is not None and p <= limit_price for p in prices], dtype=bool)[price_codes] \
+            if prices else False
+    reasons: dict[int, str] = {}
+    if suspect:
+        from rentopt.optimizer.suspect import suspect_rows
+
+        reasons = {r: s.reason(whole.gpu[r] or whole.gpu_raw[r]) for r, s in suspect_rows(whole).items()}
+        in_reasons = np.zeros(whole.n, dtype=bool)
+        in_reasons[list(reasons)] = True
+        keep &= in_reasons
+    rows = np.flatnonzero(keep)
+    shown = _listing_order(whole, listing.hour_price, rows, sort, limit)
+    offers = whole.offers(shown.tolist())
+    if suspect:
+        offers = [o.model_copy(update={"extra": {**o.extra, "suspect": reasons[int(r)]}}) for o, r in zip(offers, shown)]
+    found = OfferSet(offers, "offers-file", provenance, _oldest(offers), f"offers file {path}")
+    if not len(rows):
+        found.empty_reason = _why_empty(found, query, suspect)
+    _say_cut(found, len(rows))
+    return found
+
+
+def _ranks(codes: Any, values: list, key: Callable[[Any], Any] = lambda v: v) -> Any:
+    """`key(values[c])`'s rank among the values' keys for each of `codes` (equal keys, equal ranks)."""
+    import numpy as np
+
+    if not len(values):
+        return np.zeros(len(codes), dtype=np.int64)
+    keyed = [key(v) for v in values]
+    order = sorted(range(len(values)), key=keyed.__getitem__)
+    rank = np.zeros(len(values), dtype=np.int64)
+    for i, j in zip(order, order[1:]):
+        rank[j] = rank[i] + (keyed[j] != keyed[i])
+    return rank[codes]
+
+
+# The parts of each sort key of `sort_offers`, in order: "price" is its three (no price last,
+# currency, the price), "offer_id" the last tie-break; the rest are tables' columns.
+_SORT_PARTS: dict[str, tuple[str, ...]] = {
+    "price": ("price", "provider", "offer_id"),
+    "gpu": ("no_gpu", "gpu_name", "gpus", "price"),
+    "provider": ("provider", "price", "offer_id"),
+    "memory": ("-gpu_memory_gb", "-gpus", "price"),
+}
+
+
+def _listing_order(table: OfferTable, hour_price: tuple[Any, list], rows: Any, sort: SortKey,
+                   limit: int | None) -> Any:
+    """The first `limit` of `rows` in `sort_offers`' order, computed on columns: every part of the
+    key but the offer id is ranked exactly (strings by Python's order, prices as Decimals) and
+    sorted with numpy, file order breaking ties as Python's stable sort does; where the key ends
+    in the offer id, the rows tied with the last one shown up to it are put in order in Python."""
+    import numpy as np
+
+    def ranks(codes: Any, values: list, key: Callable[[Any], Any] = lambda v: v) -> Any:
+        """Each row's rank of `values[codes[row]]` by `key` (equal keys, equal ranks)."""
+        return _ranks(codes[rows], values, key)
+
+    price_codes, prices = hour_price
+    keys: list[Any] = []
+    for part in _SORT_PARTS[sort]:
+        if part == "price":  # (no price, currency, price) as sort_offers' `price`
+            keys += [ranks(price_codes, prices, lambda p: p is None), ranks(*table.category("currency")),
+                     ranks(price_codes, prices, lambda p: 0 if p is None else p)]
+        elif part == "provider":
+            keys.append(ranks(*table.category("provider")))
+        elif part == "no_gpu":
+            keys.append(ranks(*table.category("gpu"), lambda g: g is None))
+        elif part == "gpu_name":  # the catalog id, else the name as written
+            gpu_codes, gpus = table.category("gpu")
+            raw_codes, raws = table.category("gpu_raw")
+            pair = gpu_codes[rows].astype(np.int64) * len(raws) + raw_codes[rows]
+            distinct, inverse = np.unique(pair, return_inverse=True)
+            names = [gpus[int(d) // len(raws)] or raws[int(d) % len(raws)] for d in distinct.tolist()]
+            keys.append(_ranks(inverse, names))
+        elif part == "gpus":
+            keys.append(np.asarray(table.gpus)[rows])
+        elif part == "-gpus":
+            keys.append(-np.asarray(table.gpus)[rows])
+        elif part == "-gpu_memory_gb":
+            keys.append(-np.asarray(table.gpu_memory_gb)[rows])
+    order = np.lexsort([np.arange(len(rows)), *reversed(keys)]) if len(rows) else np.zeros(0, dtype=np.int64)
+    if _SORT_PARTS[sort][-1] != "offer_id":
+        return rows[order[:limit]]
+    # the key ends in the offer id: rows equal in every other part are ordered by it
+    count = len(order) if limit is None else min(limit, len(order))
+    if not count:
+        return rows[:0]
+    stacked = np.stack(keys)[:, order]
+    last = stacked[:, count - 1:count]
+    tied_after = np.flatnonzero((stacked[:, count:] != last).any(axis=0))
+    end = count + (int(tied_after[0]) if len(tied_after) else stacked.shape[1] - count)
+    head = order[:end]
+    ids = [table.offer_id[int(r)] for r in rows[head]]
+    coarse = stacked[:, :end].T.tolist()
+    exact = sorted(range(end), key=lambda i: (coarse[i], ids[i]))
+    return rows[head[exact[:count]]]
 def _why_empty(found: OfferSet, query: OfferQuery, suspect: bool) -> str:
     """Why `rentopt offers` lists nothing: providers with no prices (and the fix), no suspect
     price, or filters that leave nothing of the offers there are."""

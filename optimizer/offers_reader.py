@@ -34,6 +34,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from rentopt.optimizer.errors import OffersFileError
-from rentopt.optimizer.models import Offer
+from rentopt.optimizer.models import Offer, hour_price
 from rentopt.optimizer.offer_table import (
     Codes, OfferTable, Part, Texts, constant, merge_parts, take_strings,
 )
@@ -64,7 +65,30 @@ _BAD = object()  # a cell value that sends its line to the exact parser
 
 def read_offers_table(path: Path) -> OfferTable:
     """The offers of an --offers-file as an OfferTable (see the module docstring)."""
-    path = Path(path)
+    return _read(Path(path), listing=False)[0]
+
+
+@dataclass
+class Listing:
+    """An offers file as `rentopt offers` lists it: its table, and per row what a listing filters
+    and sorts by that the planner's table leaves out, each as (codes, values) with
+    `values[codes[row]]` the row's: `region` (str or None, as the Offer's) and `hour_price`
+    (models.hour_price, an exact Decimal or None). Full offers are built only for the rows shown."""
+
+    table: OfferTable
+    region: tuple[np.ndarray, list]
+    hour_price: tuple[np.ndarray, list]
+
+
+def read_offers_listing(path: Path) -> Listing:
+    """The offers of an --offers-file for `rentopt offers` (see Listing): the same checks and
+    errors as `read_offers_table`."""
+    table, extra = _read(Path(path), listing=True)
+    assert extra is not None
+    return Listing(table, extra["region"], extra["hour_price"])
+
+
+def _read(path: Path, *, listing: bool) -> tuple[OfferTable, dict | None]:
     try:
         signature = _signature(path.stat())
     except OSError:
@@ -74,12 +98,23 @@ def read_offers_table(path: Path) -> OfferTable:
         offers = io_.parse_offers_json(data, path.name)
         io_.check_nonempty(offers, path.name)
         io_.check_unique(offers, path.name)
-        return OfferTable.from_offers(offers)
+        return _of_offers(offers, listing)
     skipped = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # a spreadsheet's byte-order mark is not part of the header
     lines = _Lines(data[skipped:] if skipped else data)
     del data  # `lines` holds the only copy, let go once Arrow has read it
-    return parse_csv_table(lines, name=path.name, fetched_at=io_.file_time(path), source=str(path.resolve()),
-                           file=(path.resolve(), skipped, signature))
+    return _parse_csv(lines, name=path.name, fetched_at=io_.file_time(path), source=str(path.resolve()),
+                      file=(path.resolve(), skipped, signature), listing=listing)
+
+
+def _of_offers(offers: list[Offer], listing: bool) -> tuple[OfferTable, dict | None]:
+    """Full offers (a JSON file, a file read line by line) as a table, with their listing columns."""
+    return OfferTable.from_offers(offers), _listing_of(offers) if listing else None
+
+
+def _listing_of(offers: Sequence[Offer]) -> dict:
+    from rentopt.optimizer.offer_table import code_values
+
+    return {"region": code_values([o.region for o in offers]), "hour_price": code_values([hour_price(o) for o in offers])}
 
 
 class _Lines:
@@ -134,6 +169,11 @@ def parse_csv_table(lines: _Lines, *, name: str, fetched_at: datetime, source: s
     """The CSV offers file held by `lines` (UTF-8, without a byte-order mark) as a table.
     `file`: where the data was read, to read the kept lines again from there instead of holding
     its bytes (see `_Lines.from_file`)."""
+    return _parse_csv(lines, name=name, fetched_at=fetched_at, source=source, file=file, listing=False)[0]
+
+
+def _parse_csv(lines: _Lines, *, name: str, fetched_at: datetime, source: str,
+               file: tuple[Path, int, tuple] | None, listing: bool) -> tuple[OfferTable, dict | None]:
     data = lines.data
     assert data is not None
     head = data[:data.find(b"\n") + 1] if b"\n" in data else data
@@ -143,11 +183,11 @@ def parse_csv_table(lines: _Lines, *, name: str, fetched_at: datetime, source: s
         header = []  # the whole file is checked below, to name the first bad byte
     cells = _ArrowCells.read(data, len(header), name) if header and b"\x00" not in data else None
     if cells is None:
-        return _read_exactly(data, name=name, fetched_at=fetched_at, source=source)
+        return _of_offers(_read_exactly(data, name=name, fetched_at=fetched_at, source=source), listing)
     del data
     if file is not None:
         lines.from_file(*file)
-    reader = _Reader(header, name, fetched_at, source)
+    reader = _Reader(header, name, fetched_at, source, listing=listing)
     for line, text in cells.invalid:  # more or fewer cells than the header (offers_io says which), blank
         reader.slow.append((line, line, _dict_row(header, text)))
     reader.chunk(cells, cells.line_numbers)
@@ -159,7 +199,7 @@ def parse_csv_table(lines: _Lines, *, name: str, fetched_at: datetime, source: s
     return reader.finish(lines, ids_distinct=ids_distinct)
 
 
-def _read_exactly(data: bytes, *, name: str, fetched_at: datetime, source: str) -> OfferTable:
+def _read_exactly(data: bytes, *, name: str, fetched_at: datetime, source: str) -> list[Offer]:
     """The file read by offers_io's line reader (the reference), for what Arrow cannot number."""
     try:
         text = data.decode("utf-8")
@@ -168,7 +208,7 @@ def _read_exactly(data: bytes, *, name: str, fetched_at: datetime, source: str) 
     offers = io_.parse_offers_csv(text, name=name, fetched_at=fetched_at, source=source)
     io_.check_nonempty(offers, name)
     io_.check_unique(offers, name)
-    return OfferTable.from_offers(offers)
+    return offers
 
 
 def _header(text: str, name: str) -> list[str]:
@@ -314,10 +354,11 @@ def _longest_cell(column: Any) -> int:
 class _Reader:
     """Collects the columns of the good lines and reads the others with offers_io's parser."""
 
-    def __init__(self, header: list[str], name: str, fetched_at: datetime, source: str):
+    def __init__(self, header: list[str], name: str, fetched_at: datetime, source: str, *, listing: bool = False):
         from rentopt.optimizer.sanity import PriceBands
 
         self.header, self.name, self.fetched_at, self.source = header, name, fetched_at, source
+        self.listing = listing  # also the columns of a Listing (region, exact price per node-hour)
         self.column = {h: i for i, h in enumerate(header)}  # the last of a repeated name, as csv.DictReader
         self.bands = PriceBands()
         self.parts: list[tuple[Part, np.ndarray]] = []  # (columns of good lines, their line numbers)
@@ -349,7 +390,7 @@ class _Reader:
         ids, no_id = cells.offer_ids(self.column["offer_id"])
         ok[no_id] = False
         ok[cells.control_rows(self.column["offer_id"])] = False  # the door refuses such an id
-        mapped("region", _plain_text)
+        region_c, regions = mapped("region", _plain_text)
         mapped("source", _plain_text)
         spot_c, spots = mapped("spot", _boolean)
         gpus_c, gpus = mapped("gpus", _gpus)
@@ -441,11 +482,33 @@ class _Reader:
             "stopped_max_hours": k(_spread([_NAN if d is _BAD or d is None else d * 24 for d in smax], smax_c)),
             "free_disk_gb": k(_spread([0.0 if d is _BAD or d is None else d for d in disks], disk_c)),
         }
+        if self.listing:
+            hour_c, hours = self._hour_prices(cells, n)
+            columns["region"] = Codes(k(region_c), [None if r is _BAD else (r.strip() or None) for r in regions])
+            columns["hour_price"] = Codes(k(hour_c), hours)
         noted_as = inverse[keep[note_rows]].tolist()  # each noted line's GPU match (one gather, not one per line)
         part = Part(len(keep), columns, {name: pair if every else pair[:, keep] for name, pair in table_prices.items()},
                     extra_notes=dict(zip(note_rows.tolist(), [notes_of[m] for m in noted_as])))
         spans = np.stack([numbers, numbers])[:, keep]
         self.parts.append((part, spans))
+
+    def _hour_prices(self, cells: _ArrowCells, n: int) -> tuple[np.ndarray, list]:
+        """Per line, models.hour_price of its offer, exactly, as (codes, values): the price of the
+        finest unit the line fills (a CSV line's prices are all of its own kind, none a term), per
+        hour of that unit (a month: the Offer's default 730 hours; a CSV line cannot set it)."""
+        values: list = []
+        chosen = np.full(n, -1, dtype=np.int64)
+        for column in PRICE_COLUMNS:  # hour, day, week, month: finest first
+            if column not in self.column:
+                continue
+            codes, distinct = cells.distinct(self.column[column])
+            amounts = [_decimal(v, positive=True) for v in distinct]
+            per_hour = [None if a is None or a is _BAD else a / _UNIT_HOURS[column] for a in amounts]
+            fill = (chosen < 0) & np.array([p is not None for p in per_hour], dtype=bool)[codes]
+            chosen[fill] = codes[fill] + len(values)
+            values += per_hour
+        chosen[chosen < 0] = len(values)
+        return chosen.astype(np.int32), [*values, None]
 
     def _cached(self, name: str, value: str, fn: Callable[[str], Any]) -> Any:
         key = (name, value)
@@ -471,9 +534,9 @@ class _Reader:
 
     # -- the lines read by offers_io itself, and the table ------------------------------------
 
-    def finish(self, lines: _Lines, *, ids_distinct: bool) -> OfferTable:
+    def finish(self, lines: _Lines, *, ids_distinct: bool) -> tuple[OfferTable, dict | None]:
         """The table of the good lines and of those offers_io's parser read (`ids_distinct`:
-        no two id cells of the columns are alike)."""
+        no two id cells of the columns are alike), and its listing columns when asked for."""
         slow_offers: list[Offer] = []
         slow_spans: list[tuple[int, int]] = []
         for first, last, cells in sorted(self.slow, key=lambda s: s[1]):
@@ -484,7 +547,10 @@ class _Reader:
         parts = [p for p, _ in self.parts]
         spans = [s for _, s in self.parts]
         if slow_offers:
-            parts.append(OfferTable.from_offers(slow_offers).part())
+            slow = OfferTable.from_offers(slow_offers).part()
+            if self.listing:
+                slow.columns.update({name: Codes(*codes) for name, codes in _listing_of(slow_offers).items()})
+            parts.append(slow)
             spans.append(np.array(slow_spans, dtype=np.int64).T)
         merged = merge_parts(parts)
         span = spans[0] if len(spans) == 1 else np.concatenate(spans, axis=1) if spans else np.zeros((2, 0), np.int64)
@@ -504,11 +570,15 @@ class _Reader:
             return out
 
         table = merged.table(resolve)
+        listed = {c: (merged.columns[c].codes, merged.columns[c].values) for c in ("region", "hour_price")} \
+            if self.listing and parts else {"region": (np.zeros(0, np.int32), []), "hour_price": (np.zeros(0, np.int32), [])} \
+            if self.listing else None
         if len(order) and (order != np.arange(len(order))).any():
             table = table.take(order)
+            listed = {c: (codes[order], values) for c, (codes, values) in listed.items()} if listed else None
         io_.check_nonempty(range(table.n), name)
         _check_unique(table, name, ids_distinct and not slow_offers)
-        return table
+        return table, listed
 
 
 _MISSING = object()

@@ -59,23 +59,48 @@ def suspect_rows(table: Any) -> dict[int, Suspect]:
         per_gpu = np.asarray(table.hourly[kind], dtype=float) / gpus
         rows = np.flatnonzero(~np.isnan(per_gpu) & (per_gpu > 0) & np.array(
             [g is not None for g in gpu_ids], dtype=bool)[gpu_code])
-        # (gpu, currency) -> provider -> its prices
-        groups: dict[tuple[int, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for r, g, c, p, v in zip(rows.tolist(), gpu_code[rows].tolist(), currency_code[rows].tolist(),
-                                 provider_code[rows].tolist(), per_gpu[rows].tolist()):
-            groups[(g, c)][p].append(v)
-        medians = {key: {p: median(vs) for p, vs in by.items()} for key, by in groups.items() if len(by) > MIN_OTHER_PROVIDERS}
-        for r, g, c, p, v in zip(rows.tolist(), gpu_code[rows].tolist(), currency_code[rows].tolist(),
-                                 provider_code[rows].tolist(), per_gpu[rows].tolist()):
-            mine = medians.get((g, c))
-            if mine is None:
+        if not len(rows):
+            continue
+        # Each provider's median per (gpu, currency), from one sort of the rows by (gpu, currency,
+        # provider, price): a million rows grouped in Python was 0.3 s, their medians 0.4 s.
+        g, c, p, v = gpu_code[rows].astype(np.int64), currency_code[rows].astype(np.int64), \
+            provider_code[rows].astype(np.int64), per_gpu[rows]
+        key = (g * len(currencies) + c) * len(providers) + p
+        order = np.lexsort((v, key))
+        key_sorted, v_sorted = key[order], v[order]
+        starts = np.flatnonzero(np.r_[True, key_sorted[1:] != key_sorted[:-1]])
+        sizes = np.diff(np.r_[starts, len(key_sorted)])
+        middle_at = starts + sizes // 2
+        # statistics.median's own arithmetic: the middle value, or the mean of the middle two
+        medians = np.where(sizes % 2 == 1, v_sorted[middle_at],
+                           (v_sorted[np.maximum(middle_at - 1, starts)] + v_sorted[middle_at]) / 2)
+        groups: dict[int, dict[int, float]] = defaultdict(dict)  # (gpu, currency) -> provider -> median
+        for k, m in zip(key_sorted[starts].tolist(), medians.tolist()):
+            groups[k // len(providers)][k % len(providers)] = m
+        # The median of the OTHER providers' medians depends on the group and the provider, not
+        # the row: worked out once per (group, provider), not once per row (1.2 s of a
+        # 100,000-offer quote was this median taken again for every row).
+        threshold = np.full(len(starts), np.nan)
+        others_of: dict[int, tuple[float, int]] = {}
+        for at, k in enumerate(key_sorted[starts].tolist()):
+            mine = groups[k // len(providers)]
+            if len(mine) <= MIN_OTHER_PROVIDERS:
                 continue
-            others = [m for q, m in mine.items() if q != p]
-            if len(others) < MIN_OTHER_PROVIDERS:
-                continue
-            middle = median(others)
-            if v < SUSPECT_SHARE * middle and r not in found:
-                found[r] = Suspect(kind, v, middle, len(others), currencies[c])
+            others = [m for q, m in mine.items() if q != k % len(providers)]
+            if len(others) >= MIN_OTHER_PROVIDERS:
+                others_of[k] = (median(others), len(others))
+                threshold[at] = SUSPECT_SHARE * others_of[k][0]
+        if not others_of:
+            continue
+        limit = np.empty(len(rows))
+        limit[order] = np.repeat(threshold, sizes)
+        with np.errstate(invalid="ignore"):
+            under = np.flatnonzero(v < limit)  # NaN (no comparison) is never under
+        for i in under.tolist():
+            r = int(rows[i])
+            if r not in found:
+                middle, count = others_of[int(key[i])]
+                found[r] = Suspect(kind, float(v[i]), middle, count, currencies[int(c[i])])
     return found
 
 

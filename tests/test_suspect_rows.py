@@ -1,0 +1,67 @@
+"""suspect.suspect_rows, grouped with arrays, against the rule read straight from its docstring
+(issue 23), worked row by row here, and one case worked by hand."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+from statistics import median
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rentopt.optimizer.models import Offer, PriceOption
+from rentopt.optimizer.offer_table import OfferTable
+from rentopt.optimizer.suspect import suspect_rows
+
+T0 = datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
+
+
+def offer(provider: str, i: int, gpu: str, price: str, *, spot: bool = False, currency: str = "USD", gpus: int = 1):
+    return Offer(provider=provider, offer_id=f"{provider}-{i}", gpu=gpu, gpu_raw=gpu, gpus=gpus, gpu_memory_gb=80,
+                 spot=spot, currency=currency, fetched_at=T0, source="test",
+                 price_options=[PriceOption(unit="hour", amount=Decimal(price), interruptible=spot)])
+
+
+def by_the_rule(offers: list[Offer]) -> dict[int, tuple]:
+    """Row -> (kind, per GPU, others' median, others): a row is suspect when its hourly price per
+    GPU is under 1/5 of the median of the other providers' medians for the same GPU, kind and
+    currency, with at least 2 other providers (the first kind found wins)."""
+    found: dict[int, tuple] = {}
+    for kind in (0, 1):
+        prices = {}
+        for r, o in enumerate(offers):
+            if o.spot == bool(kind):
+                prices[r] = float(o.price_options[0].amount) / o.gpus
+        for r, v in prices.items():
+            o = offers[r]
+            per_provider: dict[str, list[float]] = {}
+            for q, w in prices.items():
+                if offers[q].gpu == o.gpu and offers[q].currency == o.currency:
+                    per_provider.setdefault(offers[q].provider, []).append(w)
+            if len(per_provider) <= 2:
+                continue
+            others = [median(ws) for p, ws in per_provider.items() if p != o.provider]
+            if len(others) >= 2 and v < 0.2 * median(others) and r not in found:
+                found[r] = (kind, v, median(others), len(others))
+    return found
+
+
+def test_a_price_under_a_fifth_of_the_others_median_is_suspect():
+    # others' medians: b 2.0; c (2.0, 3.0) -> 2.5; d 4.0 -> median of a's others 2.5; 0.49 < 0.5
+    offers = [offer("a", 0, "H100-SXM-80GB", "0.49"), offer("a", 1, "H100-SXM-80GB", "0.51"),
+              offer("b", 0, "H100-SXM-80GB", "2.0"), offer("c", 0, "H100-SXM-80GB", "2.0"),
+              offer("c", 1, "H100-SXM-80GB", "3.0"), offer("d", 0, "H100-SXM-80GB", "4.0")]
+    found = suspect_rows(OfferTable.from_offers(offers))
+    assert list(found) == [0]
+    assert (found[0].per_gpu, found[0].others_median, found[0].others) == (0.49, 2.5, 3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcde"), st.sampled_from(["H100-SXM-80GB", "A100-SXM4-80GB"]),
+                          st.sampled_from(["0.1", "0.3", "0.45", "1", "2", "2.5", "3", "8"]), st.booleans(),
+                          st.sampled_from(["USD", "CNY"]), st.sampled_from([1, 2])), max_size=40))
+def test_suspect_rows_follow_the_rule(rows):
+    offers = [offer(p, i, g, price, spot=spot, currency=ccy, gpus=n) for i, (p, g, price, spot, ccy, n) in enumerate(rows)]
+    found = suspect_rows(OfferTable.from_offers(offers))
+    assert {r: (s.kind, s.per_gpu, s.others_median, s.others) for r, s in found.items()} == by_the_rule(offers)

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rentopt.optimizer import offers_io
+from rentopt.optimizer.errors import InputError
 from rentopt.optimizer.catalog import find_offers, sort_offers
 from rentopt.optimizer.offers_io import read_offers_file
 from rentopt.optimizer.store import OfferQuery
@@ -43,6 +44,9 @@ def ids(found) -> list[str]:
 def reference(path: Path, query: OfferQuery, sort: str, limit: int | None, suspect: bool = False) -> list:
     """What `rentopt offers` listed before it read files as columns: every offer built."""
     everything = read_offers_file(path)
+    unknown = [p for p in query.providers or () if p not in {o.provider for o in everything}]
+    if unknown:  # none of this test's names is a registered plugin's
+        raise InputError(f"unknown provider {', '.join(unknown)} (not registered")
     kept = [o for o in everything if query.matches(o)]
     if suspect:
         reasons = suspect_offers(everything)

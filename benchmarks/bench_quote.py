@@ -125,7 +125,8 @@ def breakdown(home: Path, args: list[str]) -> dict[str, float]:
     from rentopt.optimizer.catalog import load_offers
     from rentopt.optimizer.currency import FxTable
     from rentopt.optimizer.models import TrainingSetup
-    from rentopt.optimizer.planner import QuoteRequest, build_quote, plan_instance
+    from rentopt.optimizer.job import QuoteRequest
+    from rentopt.optimizer.planner import build_quote, plan_instance
     from rentopt.optimizer.render import quote_table
     from rentopt.optimizer.workload import resolve_model
 

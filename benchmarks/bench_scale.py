@@ -62,7 +62,8 @@ os.environ.setdefault(HUGEPAGE_SETTING, "0")  # as the rentopt command does, bef
 from rentopt.optimizer.catalog import load_offers
 from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.models import TrainingSetup
-from rentopt.optimizer.planner import QuoteRequest, plan_instance
+from rentopt.optimizer.job import QuoteRequest
+from rentopt.optimizer.planner import plan_instance
 from rentopt.optimizer.workload import resolve_model
 from decimal import Decimal
 t1 = time.perf_counter()

@@ -531,14 +531,8 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
         from rentopt.optimizer.catalog import load_offers
         from rentopt.optimizer.currency import parse_fx_option
         from rentopt.optimizer.store import load_fx
-        from rentopt.optimizer.planner import (
-            GpuFilter,
-            QuoteRequest,
-            build_quote,
-            gpu_name_notes,
-            parse_gpu_filter,
-            parse_reference,
-        )
+        from rentopt.optimizer.job import GpuFilter, QuoteRequest, gpu_name_notes, parse_gpu_filter, parse_reference
+        from rentopt.optimizer.planner import build_quote
         from rentopt.optimizer.render import quote_json, quote_markdown, quote_table
 
     basis = "--tokens"

@@ -41,7 +41,8 @@ from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.models import FxRate, GpuSpec, ModelSpec, Offer, Origin, Plan, PlanStage, PriceUnit, TrainingSetup
 from rentopt.optimizer.models import UNIT_ORDER, age_words, hour_price
 from rentopt.optimizer.offers_io import money as unit_price
-from rentopt.optimizer.planner import QuoteRequest, build_quote, gpu_name_notes, parse_gpu_filter
+from rentopt.optimizer.job import QuoteRequest, gpu_name_notes, parse_gpu_filter
+from rentopt.optimizer.planner import build_quote
 from rentopt.optimizer.render import cost_text, money, number
 from rentopt.optimizer.store import OfferQuery
 from rentopt.optimizer.text import escape_html as esc

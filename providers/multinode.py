@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# The planner's own cap on nodes per plan (optimizer/planner.py MAX_NODES): assuming more would
+# The planner's own cap on nodes per plan (optimizer/job.py MAX_NODES): assuming more would
 # change nothing, assuming fewer would hide plans the published cluster sizes allow.
 ASSUMED_NODES = 8
 

@@ -24,7 +24,8 @@ from rentopt.optimizer.billing import lease_refusal, price_alone, price_lease
 from rentopt.optimizer.currency import EcbHistory, FxTable
 from rentopt.optimizer.errors import NoFeasiblePlan
 from rentopt.optimizer.models import Offer, PriceOption, TrainingSetup
-from rentopt.optimizer.planner import QuoteRequest, plan_instance
+from rentopt.optimizer.job import QuoteRequest
+from rentopt.optimizer.planner import plan_instance
 from rentopt.optimizer.solver import solve
 from rentopt.optimizer.workload import resolve_model
 

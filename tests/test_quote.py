@@ -587,7 +587,8 @@ def test_an_impossible_deadline_or_budget_is_diagnosed_without_pricing_every_off
     from rentopt.optimizer.currency import FxTable
     from rentopt.optimizer.errors import NoFeasiblePlan
     from rentopt.optimizer.models import TrainingSetup
-    from rentopt.optimizer.planner import QuoteRequest, plan_instance
+    from rentopt.optimizer.job import QuoteRequest
+    from rentopt.optimizer.planner import plan_instance
     from rentopt.optimizer.solver import solve
 
     catalog = [offer(f"o{i}", "L40S-48GB", 1, f"{0.80 + i / 1000:.3f}", memory=48) for i in range(300)]

@@ -15,12 +15,13 @@ from decimal import ROUND_CEILING, Decimal
 import pytest
 
 import rentopt.optimizer.first_pass as first_pass
-import rentopt.optimizer.planner as planner
+import rentopt.optimizer.job as job
 from rentopt.optimizer.catalog import OfferSet
 from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.models import Offer, PriceOption, TrainingSetup
-from rentopt.optimizer.planner import QuoteRequest, build_quote, plan_instance
+from rentopt.optimizer.job import QuoteRequest
+from rentopt.optimizer.planner import build_quote, plan_instance
 from rentopt.optimizer.solver import solve
 from rentopt.optimizer.workload import resolve_model
 
@@ -201,14 +202,14 @@ def test_the_disk_holds_the_kept_checkpoints_and_a_full_fine_tune_exports_its_we
     # checkpoint keeps them in fp32 with Adam's two fp32 moments, 12 B each, + 1 MB of trainer
     # state = 0.48 GB; the final adapters are 0.04 B x 4 B = 0.16 GB.
     model = resolve_model("llama-2-7b")
-    lora = planner._prepare(request(model=model, tokens=1e9, keep_checkpoints=2, data_gb=D(10)))
+    lora = job.prepare(request(model=model, tokens=1e9, keep_checkpoints=2, data_gb=D(10)))
     assert lora.disk_gb == D("13.48") + 10 + 2 * D("0.48")  # weights + data + the 2 kept checkpoints
     assert lora.import_gb == D("13.48") + 10
     assert lora.export_gb == D("0.16") + 2 * D("0.48")  # adapters + kept checkpoints
     assert lora.destroy_gb == 10 + D("0.48")  # a destroyed validation copies out its data and checkpoint
     # full fine-tuning: the checkpoint is 16-bit weights + fp32 master + 2 fp32 moments = 14 B/param
     # (94.34 GB); the export is the whole model's weights, 13.48 GB, not adapters
-    full = planner._prepare(request(model=model, setup=TrainingSetup(mode="full"), tokens=1e9, keep_checkpoints=1,
+    full = job.prepare(request(model=model, setup=TrainingSetup(mode="full"), tokens=1e9, keep_checkpoints=1,
                                     data_gb=D(10)))
     assert full.export_gb == D("13.48") + D("94.34")
     assert full.disk_gb == D("13.48") + 10 + D("94.34")
@@ -224,10 +225,10 @@ def test_days_of_work_are_tokens_at_the_typical_speed_and_the_deadline_is_the_re
     # (the day at the slow end of its range, the 30 h validation, the 12 h gap and an hour for
     # moving data), rounded up to whole days.
     req = request(days=D(1), validate_hours=D(30), idle_days=D("0.5"))
-    ref, fit = planner.default_reference(req.model, req.setup, req.pins)
+    ref, fit = job.default_reference(req.model, req.setup, req.pins)
     assert (ref.gpu, ref.gpus, ref.nodes) == ("A100-SXM4-80GB", 1, 1)
-    speed = planner.speed_of(req.model, req.setup, fit.layout, get_gpu(ref.gpu))  # the speed model's range
-    work = planner.work_plan(req, planner._prepare(req))
+    speed = job.speed_of(req.model, req.setup, fit.layout, get_gpu(ref.gpu))  # the speed model's range
+    work = job.work_plan(req, job.prepare(req))
     assert work.tokens == pytest.approx(speed.typical * 24 * 3600)
     slow_hours = 24 * speed.typical / speed.low + 30 + 12 + 1
     assert work.deadline_hours == math.ceil(slow_hours / 24) * 24

@@ -18,7 +18,8 @@ from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.errors import NoFeasiblePlan
 from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.models import TrainingSetup
-from rentopt.optimizer.planner import QuoteRequest, Signature, build_quote, plan_instance
+from rentopt.optimizer.job import QuoteRequest
+from rentopt.optimizer.planner import Signature, build_quote, plan_instance
 from rentopt.optimizer.solver import solve
 from rentopt.optimizer.workload import resolve_model
 

@@ -36,7 +36,8 @@ from hypothesis import strategies as st
 from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.errors import NoFeasiblePlan
 from rentopt.optimizer.models import Offer, PriceOption, TrainingSetup
-from rentopt.optimizer.planner import QuoteRequest, plan_instance, _RAM_STEPS
+from rentopt.optimizer.job import QuoteRequest
+from rentopt.optimizer.planner import plan_instance, _RAM_STEPS
 from rentopt.optimizer.solver import solve
 from rentopt.optimizer.workload import resolve_model
 

@@ -49,6 +49,9 @@ TESTS: dict[str, tuple[str, ...]] = {
                 "tests/test_parallel_layouts.py",
                 "tests/test_measured_peak.py", "tests/test_solver_property.py",
                 "tests/test_doctests.py::test_docstring_examples[rentopt.optimizer.planner]"),
+    "job": ("tests/test_rules_planner.py", "tests/test_first_pass_oracle.py", "tests/test_quote.py",
+            "tests/test_runnable_plans.py", "tests/test_measured_peak.py",
+            "tests/test_doctests.py::test_docstring_examples[rentopt.optimizer.job]"),
     "solver": ("tests/test_rules_solver.py", "tests/test_solver.py", "tests/test_solver_property.py",
                "tests/test_doctests.py::test_docstring_examples[rentopt.optimizer.solver]"),
     "billing": ("tests/test_rules_billing.py", "tests/test_billing.py", "tests/test_solver.py",
@@ -73,7 +76,7 @@ TESTS: dict[str, tuple[str, ...]] = {
 FILES = {"feasibility": "optimizer/feasibility.py", "planner": "optimizer/planner.py", "solver": "optimizer/solver.py",
          "billing": "optimizer/billing.py", "timing": "optimizer/timing.py", "memory": "optimizer/memory.py",
          "skypilot": "providers/skypilot.py", "first_pass": "optimizer/first_pass.py",
-         "stage_hours": "optimizer/stage_hours.py"}
+         "stage_hours": "optimizer/stage_hours.py", "job": "optimizer/job.py"}
 
 
 @dataclass(frozen=True)
@@ -175,15 +178,15 @@ MUTATIONS: tuple[Mutation, ...] = (
       "return ValidateColumns(row, piece, table_of_pieces, np.cumsum([0, *counts]), hours, out_h, hours)"),
     M("planner", "a host's maximum rental not enforced",
       "too_long = tr.hours > t.max_hours[tr.row]", "too_long = tr.hours > np.inf"),
-    M("planner", "kept checkpoints left off the disk",
+    M("job", "kept checkpoints left off the disk",
       "disk_gb=files + req.data_gb + keep * ckpt,", "disk_gb=files + req.data_gb,"),
-    M("planner", "a full fine-tune exporting only adapters",
-      'final = files if setup.mode == "full" else _gb(train_mem.trainable_params_b * 4)',
-      "final = _gb(train_mem.trainable_params_b * 4)"),
-    M("planner", "the --days reference finish without its validation hours",
+    M("job", "a full fine-tune exporting only adapters",
+      'final = files if setup.mode == "full" else rounded_gb(train_mem.trainable_params_b * 4)',
+      "final = rounded_gb(train_mem.trainable_params_b * 4)"),
+    M("job", "the --days reference finish without its validation hours",
       "slow = Decimal(str(tokens / speed.low / 3600)) + (req.validate_hours or 0) + req.idle_days * 24 + 1",
       "slow = Decimal(str(tokens / speed.low / 3600)) + req.idle_days * 24 + 1"),
-    M("planner", "--days work measured at the pessimistic speed",
+    M("job", "--days work measured at the pessimistic speed",
       "tokens = speed.typical * float(hours) * 3600", "tokens = speed.low * float(hours) * 3600"),
     M("first_pass", "a pair's destroy path allowed past the deadline in the first pass",
       "np.inf if deadline is None else deadline + DEADLINE_EPS)", "np.inf)",

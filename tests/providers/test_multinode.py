@@ -39,6 +39,6 @@ def test_azure_nd_infiniband_sizes_can_be_planned_on_several_nodes_the_others_no
 
 
 def test_the_assumed_node_count_is_the_planners_cap():
-    from rentopt.optimizer.planner import MAX_NODES
+    from rentopt.optimizer.job import MAX_NODES
 
     assert multinode.ASSUMED_NODES == MAX_NODES == 8

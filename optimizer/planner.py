@@ -68,7 +68,7 @@ from rentopt.optimizer.job import (
     with_sized_validation,
     work_plan,
 )
-from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable, take_strings, values_at
+from rentopt.optimizer.offer_table import OfferTable, values_at
 from rentopt.optimizer.solver import Candidate as SolverCandidate
 from rentopt.optimizer.solver import PlanInstance, solve, stable_order
 from rentopt.optimizer.models import (
@@ -96,6 +96,7 @@ from rentopt.optimizer.stage_hours import (
     transfer_hours_per_row,
     validation_hours,
 )
+from rentopt.optimizer.ties import Ties, dense_codes, float_codes, renumbered_codes, tie_classes
 
 # Seed 004: "多机训练扩展效率低于70%说明网络有瓶颈" -- scaling efficiency under 70 % means the
 # network is the bottleneck; every such plan says so.
@@ -327,7 +328,7 @@ class _Planner:
             va, need = self._validate_columns(shapes, kinds, import_h)
             tr = replace(tr, need=need[tr.fit] if len(tr) else np.zeros(0, dtype=np.int64))
         provider_code, gpu_code = (t.category(name)[0].astype(np.int64) for name in ("provider", "gpu"))
-        tr = replace(tr, group=_dense(provider_code[tr.row] * (int(gpu_code.max(initial=0)) + 1) + gpu_code[tr.row]))
+        tr = replace(tr, group=dense_codes(provider_code[tr.row] * (int(gpu_code.max(initial=0)) + 1) + gpu_code[tr.row]))
         fp = self._first_pass_of(kinds)
         keep_t, keep_v = np.ones(len(tr), dtype=bool), np.ones(0 if va is None else len(va), dtype=bool)
         if self.first_pass and len(tr):
@@ -411,16 +412,16 @@ class _Planner:
         modded[over] = np.round(memory[over], 1)
         ram_step = _ram_keys(t.host_ram_gb)
         parts = [gpu_code, t.gpus, t.category("interconnect")[0], t.category("fabric")[0],
-                 _float_codes(np.nan_to_num(t.fabric_gbps, nan=-1.0)), _float_codes(modded),
-                 _float_codes(np.nan_to_num(ram_step, nan=-1.0))]
+                 float_codes(np.nan_to_num(t.fabric_gbps, nan=-1.0)), float_codes(modded),
+                 float_codes(np.nan_to_num(ram_step, nan=-1.0))]
         key = np.zeros(t.n, dtype=np.int64)
         for part in parts:  # one integer per shape (mixed radix over the coded columns)
             key = key * (int(part.max()) + 1 if len(part) else 1) + part
             if len(key) and key.max() >= 1 << 16:
                 # renumbered in the same order, so the key stays as small as the shapes seen so far
                 # are few (a bincount over millions of unused key values was 0.16 s at 1M offers)
-                key = _renumbered(key)
-        inverse = _renumbered(key[rows])
+                key = renumbered_codes(key)
+        inverse = renumbered_codes(key[rows])
         order = stable_order(inverse)  # by shape, rows ascending within each
         bounds = np.cumsum(np.bincount(inverse))[:-1]
         out = {}
@@ -654,126 +655,6 @@ class _Planner:
             train=tuple(solver_train), idle_hours=req.idle_days * 24, deadline_hours=work.deadline_hours,
             budget=req.budget, currency=req.currency, rank_by="per_token" if work.tokens is None else "total",
         )
-
-
-@dataclass
-class Ties:
-    """Usable offers equal in every column that prices or constrains a plan (all but the offer
-    id: the same provider, GPU, node, prices of every unit and kind, disk, transfer and stop
-    rules, limits, currency and price date) form one class. The planner plans the first offer
-    of each class in the offers' order; the answer names the others ("also at the same
-    price"). Without it, a catalog of ties (a cloud's zones, a seller's many listings at one
-    price) kept every member through the bounds: none is surely dearer than another, so the
-    exact stage got them all and a CP-SAT model was built to choose among equals."""
-
-    first: np.ndarray  # per table row: not a later member of a class (the rows to plan)
-    klass: np.ndarray  # per table row: its class, for the first member of a class of two or more; else -1
-    members: np.ndarray  # table rows, class by class, in the offers' order within each
-    starts: np.ndarray  # where each class of two or more begins in `members` (and, last, the end)
-
-    @classmethod
-    def none(cls) -> Ties:
-        empty = np.zeros(0, dtype=np.int64)
-        return cls(np.zeros(0, dtype=bool), empty, empty, np.zeros(1, dtype=np.int64))
-
-    def has_others(self, row: int) -> bool:
-        return bool(len(self.klass)) and self.klass[row] >= 0
-
-    def others(self, row: int) -> np.ndarray:
-        """The other members of the class `row` is the first of."""
-        c = int(self.klass[row])
-        return self.members[self.starts[c] + 1:self.starts[c + 1]]
-
-    def words(self, t: OfferTable, row: int, shown: int = 10) -> str:
-        """'also at the same price: 6 more offers (z2, z3, ...)', the first `shown` by id."""
-        others = self.others(row)
-        ids = take_strings(t.offer_id, others[:shown])
-        more = f", and {len(others) - shown} more" if len(others) > shown else ""
-        return (f"also at the same price: {len(others)} more offer{'s' if len(others) > 1 else ''} "
-                f"({', '.join(ids)}{more})")
-
-
-def tie_classes(t: OfferTable, usable: np.ndarray) -> Ties:
-    """The classes of equal offers among the `usable` rows (see `Ties`). An offer with reserved
-    terms or a note of its own (a GPU name read as its usual variant) is a class of its own."""
-    rows = np.flatnonzero(usable)
-    if len(rows) < 2:
-        return Ties.none()
-    parts = [t.category(name)[0][rows] for name in LIST_COLUMNS if name != "offer_id"]
-    parts += [_float_codes(np.nan_to_num(np.asarray(getattr(t, name), dtype=np.float64)[rows], nan=-1.0))
-              for name in ARRAY_COLUMNS]
-    parts += [_float_codes(np.nan_to_num(getattr(t, name)[k][rows], nan=-1.0)) for name in PRICE_COLUMNS for k in (0, 1)]
-    alone = np.zeros(t.n, dtype=bool)
-    alone[[r for _, r in t.terms] + list(t.extra_notes)] = True
-    parts.append(np.where(alone[rows], np.arange(1, len(rows) + 1), 0))
-    key = np.zeros(len(rows), dtype=np.int64)
-    for part in parts:  # one integer per class (mixed radix over the coded columns)
-        key = key * (int(part.max()) + 1) + part
-        if key.max() >= 1 << 40:  # renumbered before the next digit could overflow
-            key = _renumbered(key)
-    key = _renumbered(key)
-    counts = np.bincount(key)
-    if counts.max() < 2:
-        return Ties.none()
-    order = stable_order(key)  # by class, the offers' order within each
-    bounds = np.r_[0, np.cumsum(counts)]
-    members = rows[order]
-    first = np.ones(t.n, dtype=bool)
-    later = np.ones(len(rows), dtype=bool)
-    later[bounds[:-1]] = False
-    first[members[later]] = False
-    tied = np.flatnonzero(counts > 1)
-    klass = np.full(t.n, -1, dtype=np.int64)
-    klass[members[bounds[tied]]] = np.arange(len(tied))
-    in_tied = counts[key[order]] > 1  # the members of classes of two or more, still class by class
-    return Ties(first, klass, members[in_tied], np.r_[0, np.cumsum(counts[tied])])
-
-
-def _dense(codes: np.ndarray) -> np.ndarray:
-    """Small non-negative integer codes renumbered 0, 1, ... in ascending order (np.unique's
-    inverse, without sorting a million of them).
-
-    >>> _dense(np.array([7, 2, 7, 9])).tolist()
-    [1, 0, 1, 2]
-    """
-    codes = codes.astype(np.int64)
-    if not len(codes):
-        return codes
-    present = np.bincount(codes) > 0
-    return (np.cumsum(present) - 1)[codes]
-
-
-def _renumbered(codes: np.ndarray) -> np.ndarray:
-    """Non-negative integer codes renumbered 0, 1, ... in ascending order: `_dense` when they
-    are small enough to count, else np.unique's inverse (a sort)."""
-    if len(codes) and codes.max() >= 8 * len(codes) + 1024:
-        return np.unique(codes, return_inverse=True)[1].astype(np.int64)
-    return _dense(codes)
-
-
-def _float_codes(values: np.ndarray) -> np.ndarray:
-    """A code per distinct value (no NaN). A column of a few distinct values (host RAM steps,
-    fabric speeds) is coded in one comparison per value instead of a sort of every row.
-
-    >>> _float_codes(np.array([2.0, -1.0, 2.0, 8.0])).tolist()
-    [0, 1, 0, 2]
-    """
-    if not len(values):
-        return np.zeros(0, dtype=np.int64)
-    # the first value over the whole column, without an index of every row: it is usually
-    # nearly every row (an unstated host RAM or fabric), so the rest is a short list
-    same = values == values[0]
-    codes = np.where(same, 0, -1)
-    left = np.flatnonzero(~same)
-    for code in range(1, 32):
-        if not len(left):
-            return codes
-        same = values[left] == values[left[0]]
-        codes[left[same]] = code
-        left = left[~same]
-    if len(left):  # many distinct values: rank them
-        codes[left] = 32 + np.unique(values[left], return_inverse=True)[1]
-    return codes
 
 
 def _nan_none(x: float) -> float | None:

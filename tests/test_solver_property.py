@@ -516,13 +516,13 @@ def test_shapes_are_coded_alike_whatever_the_size_of_the_codes():
     mixed-radix key is small enough to count (_dense) or must be sorted (np.unique)."""
     import numpy as np
 
-    import rentopt.optimizer.planner as planner
+    import rentopt.optimizer.ties as ties
 
     rng = np.random.default_rng(3)
     for high in (5, 10**9):
         codes = rng.choice(np.array([0, 3, high, 7, high + 2]), 500)
         want = {v: i for i, v in enumerate(sorted(set(codes.tolist())))}
-        assert planner._renumbered(codes).tolist() == [want[v] for v in codes.tolist()]
+        assert ties.renumbered_codes(codes).tolist() == [want[v] for v in codes.tolist()]
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -534,12 +534,12 @@ def test_float_codes_number_values_by_first_appearance_then_by_rank(values):
     the first 32 distinct values by where they first appear, any others 32 + their rank."""
     import numpy as np
 
-    import rentopt.optimizer.planner as planner
+    import rentopt.optimizer.ties as ties
 
     first = list(dict.fromkeys(values))[:32]
     rest = sorted(set(values) - set(first))
     want = [first.index(v) if v in first else 32 + rest.index(v) for v in values]
-    assert planner._float_codes(np.array(values, dtype=np.float64)).tolist() == want
+    assert ties.float_codes(np.array(values, dtype=np.float64)).tolist() == want
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)

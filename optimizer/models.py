@@ -767,7 +767,7 @@ class Rejection:
     """An offer a quote set aside, and why. A plain dataclass, not a model: a 1M-offer quote
     lists 237k of them (0.15 KB each instead of 1 KB, built without validation; pydantic
     serializes it like a model). The planner names `constraint` only from RejectReason
-    (planner.Rejections.add checks)."""
+    (candidates.Rejections.add checks)."""
 
     provider: str
     offer_id: str

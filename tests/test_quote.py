@@ -724,7 +724,7 @@ def test_rejections_are_listed_in_the_offers_order_and_a_rows_own_in_the_order_t
     second node count) for their length, each with its own reason."""
     import numpy as np
 
-    from rentopt.optimizer.planner import Rejections
+    from rentopt.optimizer.candidates import Rejections
 
     r = Rejections()
     r.add(np.array([3, 1]), "gpu", "unknown card")

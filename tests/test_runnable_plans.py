@@ -19,7 +19,8 @@ from rentopt.optimizer.errors import NoFeasiblePlan
 from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.models import TrainingSetup
 from rentopt.optimizer.job import QuoteRequest
-from rentopt.optimizer.planner import Signature, build_quote, plan_instance
+from rentopt.optimizer.candidates import Signature
+from rentopt.optimizer.planner import build_quote, plan_instance
 from rentopt.optimizer.solver import solve
 from rentopt.optimizer.workload import resolve_model
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from rentopt.optimizer.billing import (
     PlanBill,
+    StageBill,
     cover_notes,
     explain_cover,
     lease_cover_notes,
@@ -30,6 +31,7 @@ from rentopt.optimizer.models import (
     PriceSource,
     Quote,
     Rejection,
+    StageKind,
     TokenRate,
     Work,
 )
@@ -44,7 +46,7 @@ def rejections(planned: Planned) -> list[Rejection]:
     t = planned.table
     rows, constraints, reasons = planned.rejections.columns()
     providers, ids, gpus, raw = (values_at(getattr(t, name), rows) for name in ("provider", "offer_id", "gpu", "gpu_raw"))
-    return [Rejection(provider=p, offer_id=i, gpu=g or r, constraint=c, reason=why)  # type: ignore[arg-type]
+    return [Rejection(provider=p, offer_id=i, gpu=g or r, constraint=c, reason=why)
             for p, i, g, r, c, why in zip(providers, ids, gpus, raw, constraints, reasons)]
 
 
@@ -156,14 +158,22 @@ def quote_of(req: QuoteRequest, planned: Planned, bills: Sequence[PlanBill], off
     )
 
 
-def _money_lines(stage_bill) -> list[BillingLine]:  # type: ignore[no-untyped-def]
+def _stage_bill(bill: PlanBill, kind: StageKind) -> StageBill:
+    """The bill of a stage the plan has: train and export always, validate and idle with a validation."""
+    found = bill.stage(kind)
+    if found is None:
+        raise AssertionError(f"the plan {bill.choice} has no {kind} stage in its bill")
+    return found
+
+
+def _money_lines(stage_bill: StageBill) -> list[BillingLine]:
     return [BillingLine(unit=ln.unit, count=ln.count, unit_price=ln.unit_price, cost=ln.cost, what=ln.what,
                         note=ln.note) for ln in stage_bill.lines]
 
 
-def _stage(kind: str, c: Candidate, bill, hours: Decimal, layout: str, gpus: int | None = None,  # type: ignore[no-untyped-def]
+def _stage(kind: StageKind, c: Candidate, bill: StageBill, hours: Decimal, layout: str, gpus: int | None = None,
            notes: Sequence[str] = ()) -> PlanStage:
-    return PlanStage(kind=kind, provider=c.offer.provider, offer_id=c.offer.offer_id, gpu=c.gpu.id,  # type: ignore[arg-type]
+    return PlanStage(kind=kind, provider=c.offer.provider, offer_id=c.offer.offer_id, gpu=c.gpu.id,
                      gpus=c.use.nodes * c.offer.gpus if gpus is None else gpus, nodes=c.use.nodes, layout=layout,
                      hours=hours, billing=_money_lines(bill), cost=bill.cost, unknown_charges=list(bill.unknown),
                      precision=c.layout.precision if gpus is None else None,
@@ -182,18 +192,19 @@ def plan_of(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Pl
     key: list[str] = []  # the notes that can change the choice (Plan.key_notes)
     idle_h = inst.idle_hours
     if v is not None:
-        vb = bill.stage("validate")
-        ib = bill.stage("idle")
+        vb = _stage_bill(bill, "validate")
+        ib = _stage_bill(bill, "idle")
+        assert bill.choice.idle is not None  # a plan with a validation chose what to do in the gap
         v_hours = v.use.hours + (v.use.out_hours if bill.choice.idle == "destroy" else 0)
         stages.append(_stage("validate", v, vb, v_hours, v.layout.strategy))
         idle_label = {"continue": "training continues on this instance", "stop": "stopped (instance kept)",
-                      "destroy": "copied out and destroyed"}[bill.choice.idle]  # type: ignore[index]
+                      "destroy": "copied out and destroyed"}[bill.choice.idle]
         stages.append(_stage("idle", v, ib, idle_h, idle_label, gpus=0, notes=ib.notes))
         notes.append(_validation_reason(v, t))
         notes.append(_idle_reason(bill, v, t, ccy, idle_h))
         notes += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.notes]
         key += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.key_notes]
-    tb, eb = bill.stage("train"), bill.stage("export")
+    tb, eb = _stage_bill(bill, "train"), _stage_bill(bill, "export")
     export_h = transfer_hours(planned.prep.export_gb, t.offer, "export")
     stages.append(_stage("train", t, tb, t.use.hours, t.layout.strategy))
     stages.append(_stage("export", t, eb, export_h, "copy out, verify, destroy", gpus=0))

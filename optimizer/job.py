@@ -311,7 +311,11 @@ def sized_validation(req: QuoteRequest) -> tuple[Decimal, str]:
         else:
             ref, fit = default_reference(req.model, req.setup, req.pins)
         rate = speed_of(req.model, req.setup, fit.layout, get_gpu(ref.gpu)).typical
-        tokens = req.tokens if req.tokens is not None else rate * float(req.days * 24) * 3600  # type: ignore[operator]
+        if req.tokens is not None:
+            tokens = req.tokens
+        else:
+            assert req.days is not None  # QuoteRequest holds exactly one of tokens, days and rent_days
+            tokens = rate * float(req.days * 24) * 3600
         train_hours = Decimal(str(tokens / rate / 3600))
         where = f"training on {ref.text}"
         # one micro-batch-1 step per GPU of the reference moves seq_len tokens on each

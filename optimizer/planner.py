@@ -211,7 +211,7 @@ class _Planner:
                 rows = np.flatnonzero(known & (combo == c))
                 for memory in np.unique(t.gpu_memory_gb[rows]):
                     at = rows[t.gpu_memory_gb[rows] == memory]
-                    why = f.reason_for(gpus[int(c) // 1024], int(t.gpus[at[0]]), float(memory))  # type: ignore[arg-type]
+                    why = f.reason_for(gpus[int(c) // 1024], int(t.gpus[at[0]]), float(memory))
                     if why is not None:
                         ok[at] = False
                         self.rejected.add(at, "gpu", why)
@@ -241,7 +241,7 @@ class _Planner:
         if not len(rows):
             return {}
         gpu_code, gpu_ids = t.category("gpu")
-        catalog_memory = np.array([get_gpu(g).memory_gb if g else 0.0 for g in gpu_ids])[gpu_code]  # type: ignore[arg-type]
+        catalog_memory = np.array([get_gpu(g).memory_gb if g else 0.0 for g in gpu_ids])[gpu_code]
         memory = t.gpu_memory_gb
         modded = np.full(t.n, -1.0)
         over = np.flatnonzero(memory > catalog_memory * 1.1)  # few rows: rounded only there
@@ -263,7 +263,9 @@ class _Planner:
         out = {}
         for members in np.split(rows[order], bounds):
             r = int(members[0])
-            spec = get_gpu(t.gpu[r])  # type: ignore[arg-type]
+            gpu_id = t.gpu[r]
+            assert gpu_id is not None  # rows of an unknown GPU were rejected
+            spec = get_gpu(gpu_id)
             # the key's values are the coded columns' own (rounded memory as coded), so distinct
             # codes are distinct keys
             shape_key = ShapeKey(spec.id, int(t.gpus[r]), t.interconnect[r], t.fabric[r], _nan_none(t.fabric_gbps[r]),

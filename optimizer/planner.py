@@ -17,8 +17,9 @@ then destroy).
 from __future__ import annotations
 
 from collections.abc import Container, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from decimal import Decimal
+from operator import attrgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -55,7 +56,7 @@ from rentopt.optimizer.job import (
     with_sized_validation,
     work_plan,
 )
-from rentopt.optimizer.models import GpuSpec, Offer, Quote, TrainingSetup
+from rentopt.optimizer.models import GpuSpec, Layout, Offer, Quote, TrainingSetup
 from rentopt.optimizer.offer_table import OfferTable
 from rentopt.optimizer.solver import Candidate as SolverCandidate
 from rentopt.optimizer.solver import PlanInstance, solve, stable_order
@@ -89,10 +90,6 @@ class ShapeKey(NamedTuple):
     memory_gb: float | None  # a memory above the catalog's (a modded card), else None
     ram_step: float | None  # host RAM rounded down to a step (`_ram_keys`), None: unstated
 
-    @property
-    def without_ram(self) -> tuple:
-        return tuple(self)[:-1]
-
 
 class _Planner:
     """Builds the solver's instance in two passes.
@@ -108,39 +105,32 @@ class _Planner:
         self.req, self.table, self.fx, self.first_pass = req, table, fx, first_pass
         self.prep = prepare(req)
         self.work = work_plan(req, self.prep)
-        self._fits: dict[tuple, Fit | NoFit] = {}
-        self._fits_any_ram: dict[tuple, Fit | NoFit] = {}
-        self._speeds: dict[tuple[str, str], Speed] = {}
+        self._fits: dict[tuple, dict[float | str | None, Fit | NoFit]] = {}  # per shape but its RAM, per host RAM
+        self._speeds: dict[tuple[GpuSpec, tuple], Speed] = {}
         self.rejected = Rejections()
         self.closest: tuple[float, str] | None = None
         self.misses: dict[str, tuple[float, str]] = {}  # per GPU shape: its nearest memory miss
 
     # -- memoised layouts and speeds -----------------------------------------------------------
 
-    def layout(self, setup: TrainingSetup, shape: NodeShape, pins: Pins, key: tuple) -> Fit | NoFit:
-        """find_layout, memoised. `key` names all the fit depends on but the shape's host RAM
-        (the stage, the shape's ShapeKey.without_ram, its node count or validation signature).
-        A fit no host RAM changes (`host_ram_matters` False: no rung tried offloads) is shared
-        by every RAM step of that key (the bundled snapshot's 13B LoRA quote: 506 find_layout
-        calls before, 453 now)."""
-        found = self._fits_any_ram.get(key)
-        if found is not None:
-            return found
-        full = (key, shape.host_ram_gb)
-        found = self._fits.get(full)
+    def layout(self, setup: TrainingSetup, shape: NodeShape, pins: Pins) -> Fit | NoFit:
+        """find_layout for this request, memoised by its arguments. A fit no host RAM changes
+        (`host_ram_matters` False: no rung tried offloads) serves the shape at every host RAM."""
+        by_ram = self._fits.setdefault((setup, pins, _shape_but_ram(shape)), {})
+        found = by_ram.get(_ANY_RAM)
+        if found is None:
+            found = by_ram.get(shape.host_ram_gb)
         if found is None:
             found = find_layout(self.req.model, setup, shape, pins=pins, activation_scale=self.prep.activation_scale)
-            self._fits[full] = found
+            by_ram[shape.host_ram_gb] = found
             if not found.host_ram_matters:
-                self._fits_any_ram[key] = found
+                by_ram[_ANY_RAM] = found
         return found
 
     def speed(self, fit: Fit, gpu: GpuSpec) -> Speed:
-        """The speed model of a training fit, memoised per layout: shapes that differ in what
-        the speed model does not read (host RAM, a fabric's exact speed, a card's stated memory)
-        often give equal layouts. Keyed by the whole layout, every field, so equal keys are
-        equal inputs (the 1M-offer bench: 253 fits, 193 distinct layouts)."""
-        key = (gpu.id, fit.layout.model_dump_json())
+        """The speed model of a training fit, memoised by the GPU and every field of the layout
+        (shapes that differ only in what the speed model does not read give equal layouts)."""
+        key = (gpu, _fields(fit.layout))
         found = self._speeds.get(key)
         if found is None:
             found = speed_of(self.req.model, self.req.setup, fit.layout, gpu).scaled(self.work.calibration)
@@ -310,7 +300,7 @@ class _Planner:
             first_miss: NoFit | None = None
             any_fit = False
             for nodes in range(1, min(int(t.nodes_available[rows].max()), max_nodes) + 1):
-                fit = self.layout(req.setup, replace(shape, nodes=nodes), req.pins, ("t", key.without_ram, nodes))
+                fit = self.layout(req.setup, replace(shape, nodes=nodes), req.pins)
                 if isinstance(fit, NoFit):
                     first_miss = first_miss or fit
                     continue
@@ -384,7 +374,7 @@ class _Planner:
         rows_of: list[np.ndarray] = []
         pieces: list[tuple[int, int, int, int, int]] = []  # per (shape, signature, kind): kind, sig, fit, keys
         self.v_fits: list[Fit] = []
-        for key, (gpu, shape, rows) in shapes.items():
+        for gpu, shape, rows in shapes.values():
             sigs = by_arch.get(gpu.architecture)
             if not sigs:
                 continue
@@ -393,7 +383,7 @@ class _Planner:
                 continue
             for sig in sigs:
                 setup, pins = setups[sig]
-                fit = self.layout(setup, shape, pins, ("v", key.without_ram, sig))
+                fit = self.layout(setup, shape, pins)
                 if isinstance(fit, NoFit) or Signature.of(fit.layout) != sig:
                     continue
                 fit_id = len(self.v_fits)
@@ -493,6 +483,17 @@ class _Planner:
             train=tuple(solver_train), idle_hours=req.idle_days * 24, deadline_hours=work.deadline_hours,
             budget=req.budget, currency=req.currency, rank_by="per_token" if work.tokens is None else "total",
         )
+
+
+# A node shape's fields but its host RAM, as a tuple; and the host RAM a fit no host RAM changes is kept under.
+_shape_but_ram = attrgetter(*(f.name for f in fields(NodeShape) if f.name != "host_ram_gb"))
+_ANY_RAM = "any"
+
+
+def _fields(layout: Layout) -> tuple:
+    """Every field of `layout` (pydantic keeps them in its __dict__), lists as tuples: a hashable
+    key, equal only for equal layouts."""
+    return tuple([tuple(v) if isinstance(v, list) else v for v in vars(layout).values()])
 
 
 def _nan_none(x: float) -> float | None:

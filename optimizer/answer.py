@@ -42,7 +42,7 @@ from rentopt.optimizer.stage_hours import DEFAULT_MBPS, transfer_hours
 
 def rejections(planned: Planned) -> list[Rejection]:
     """The rejected offers in the order of the offers (not of the shapes the planner went through).
-    Their names are gathered column by column (a 1M-offer quote lists 237k rejections)."""
+    Their names are gathered column by column, not rejection by rejection."""
     t = planned.table
     rows, constraints, reasons = planned.rejections.columns()
     providers, ids, gpus, raw = (values_at(getattr(t, name), rows) for name in ("provider", "offer_id", "gpu", "gpu_raw"))
@@ -119,6 +119,7 @@ def _days_text(hours: Decimal) -> str:
 
 
 def no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoFeasiblePlan:
+    """The error of a quote whose every offer was rejected: the counts by reason and what to try."""
     counts = planned.rejections.counts()
     parts = [f"{n} offer{'s' if n > 1 else ''} by {c}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])]
     reasons = [f"all {offer_count} offers were rejected: " + ", ".join(parts)] if parts else ["no offers to plan with"]
@@ -182,6 +183,7 @@ def _stage(kind: StageKind, c: Candidate, bill: StageBill, hours: Decimal, layou
 
 
 def plan_of(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan:
+    """The solver's `bill` as the quote's plan number `rank`: its stages, totals, range and notes."""
     ccy = planned.instance.currency
     inst = planned.instance
     cands = planned.candidates

@@ -118,7 +118,7 @@ class Rejections:
 
     def columns(self) -> tuple[np.ndarray, list[str], list[str]]:
         """`listed` as columns: (table rows, constraints, reasons). One sort of the rows, not of
-        a tuple per rejection (a 1M-offer quote has 237k)."""
+        a tuple per rejection."""
         if not self._chunks:
             return np.zeros(0, dtype=np.int64), [], []
         rows = np.concatenate([r for r, _, _ in self._chunks])

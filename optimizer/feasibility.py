@@ -420,8 +420,8 @@ def _checkpointing_order(rungs: list[_Rung], setup: TrainingSetup) -> list[tuple
 @lru_cache(maxsize=1024)
 def _trials(runs: TrainingSetup, rungs: tuple[_Rung, ...], n: int) -> tuple[tuple[_Rung, bool, TrainingSetup], ...]:
     """Each (rung, checkpointing) `_climb` tries, in order, with the setup it estimates: none of
-    it reads the card, so the shapes of every card with these GPU counts share it (the 1M-offer
-    bench: 763 climbs over a few dozen of these; each setup is a pydantic copy)."""
+    it reads the card, so the shapes of every card with these GPU counts share it (each setup
+    is a pydantic copy)."""
     return tuple((rung, checkpointing, _setup_for(runs, rung, n, checkpointing))
                  for rung, checkpointing in _checkpointing_order(list(rungs), runs))
 

@@ -349,8 +349,8 @@ def train_columns(row: np.ndarray, nodes: np.ndarray, kind: np.ndarray, fit: np.
 class ValidateColumns:
     """Validation candidates, one per (offer row, signature, price kind). Built piece by piece
     (shape, signature, kind), each piece's rows contiguous; only the row and piece are held per
-    candidate, the other columns are read through the piece or the row on first use (a
-    million-offer quote has 1.5M validations, and the prune reads four of their columns)."""
+    candidate, the other columns are read through the piece or the row on first use (the
+    prune reads only four of them)."""
 
     row: np.ndarray  # offer table row
     piece: np.ndarray
@@ -424,7 +424,7 @@ def instances(row: np.ndarray, kind: np.ndarray) -> np.ndarray:
 
 def validations_per_key(va: ValidateColumns) -> dict[int, np.ndarray]:
     """solver.rows_per_key over the validation candidates; as built, from their pieces' ranges
-    (no sort of 2 x 1.5M key entries at a million offers)."""
+    (no sort of every candidate's two keys)."""
     if va.starts is None:
         return rows_per_key(va.keys, np.ones(len(va), dtype=bool))
     starts = va.starts

@@ -2,8 +2,8 @@
 
 Building or ranking 10,000-100,000 offers allocates objects without reference cycles; each
 automatic collection meanwhile rescans every live offer. Pausing the collector for the bulk step
-(and restoring its state after) measured 5-25 % faster store writes and ~20 % faster quote
-planning here (benchmarks/bench_store.py, bench_quote.py).
+(and restoring its state after) spares those scans (benchmarks/bench_store.py and bench_quote.py
+measure the gain).
 """
 
 from __future__ import annotations

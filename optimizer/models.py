@@ -764,10 +764,10 @@ REJECT_REASONS = frozenset(get_args(RejectReason))
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """An offer a quote set aside, and why. A plain dataclass, not a model: a 1M-offer quote
-    lists 237k of them (0.15 KB each instead of 1 KB, built without validation; pydantic
-    serializes it like a model). The planner names `constraint` only from RejectReason
-    (candidates.Rejections.add checks)."""
+    """An offer a quote set aside, and why. A plain dataclass, not a model: a large quote lists
+    hundreds of thousands, smaller and built without validation (pydantic serializes it like a
+    model). The planner names `constraint` only from RejectReason (candidates.Rejections.add
+    checks)."""
 
     provider: str
     offer_id: str

@@ -262,7 +262,7 @@ class _LazyList(Sequence):
 class Strings(_LazyList):
     """A string column held as codes (`values[codes[row]]`). A million-row store or file column
     is decoded into a list only when something walks all of it (the planner reads single rows
-    and groups by the codes: decoding ten such columns was 0.2 s and 80 MB of a 1M-offer quote)."""
+    and groups by the codes)."""
 
     def __init__(self, codes: np.ndarray, values: list):
         self.codes, self.values = codes, values
@@ -281,9 +281,9 @@ class Strings(_LazyList):
 
 
 class Texts(_LazyList):
-    """Strings held as one UTF-8 buffer, NUL-separated (`data`): a million offer ids cost their
-    10 MB of text and 8 MB of offsets instead of 66 MB of str objects, and the planner decodes
-    only the few it shows or keeps. No string may hold a NUL."""
+    """Strings held as one UTF-8 buffer, NUL-separated (`data`): offer ids cost their text and
+    one offset each instead of a str object each, and the planner decodes only the few it shows
+    or keeps. No string may hold a NUL."""
 
     def __init__(self, data: bytes, n: int):
         self.data = data
@@ -316,8 +316,8 @@ class Texts(_LazyList):
 
 class FixedTexts(_LazyList):
     """Strings held as a numpy array of fixed-width UTF-8 bytes, zero-padded (`array`, dtype
-    S<width>): a million offer ids of up to 16 bytes cost 16 MB instead of 66 MB of str
-    objects, and the planner decodes only the few it shows or keeps. No string may hold a NUL
+    S<width>): short offer ids cost their width each instead of a str object each, and the
+    planner decodes only the few it shows or keeps. No string may hold a NUL
     (numpy drops the padding, and would drop a trailing NUL with it)."""
 
     def __init__(self, array: np.ndarray):

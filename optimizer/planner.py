@@ -1,11 +1,10 @@
-"""The quote: from a job and a set of offers to ranked, priced whole-job plans.
+"""The quote, in order: request (job.py) -> offers -> layouts -> first pass -> exact pass -> solver -> answer.
 
-`plan_instance` is a pure function: (request, offers, fx) -> (plan instance, rejections). It
-owns where the job can run; it prices nothing (billing.py does) and chooses nothing (solver.py
-does). For every offer it decides the layout per node count (feasibility), the hours the job's
-tokens take there (timing), the disk, imports and exports, and makes one billing `Use` per stage
-option. `build_quote` then asks the solver for the best plans and turns the priced bills into
-the `Quote` the CLI renders. What the job is (its tokens, sizes, reference) is job.py's.
+`plan_instance` is pure: (request, offers, fx) -> the solver's instance and the rejections. Per
+offer it finds the layouts per node count (feasibility) and the stages' hours (timing,
+stage_hours), keeps what the first pass keeps, and makes one billing `Use` per surviving stage
+option; it prices nothing (billing.py) and chooses nothing (solver.py). `build_quote` solves the
+instance and hands the bills to answer.py.
 
 Stages (the seeds' procedure): VALIDATE (run the same job -- mode, precision, attention kernel,
 parallel family -- at micro-batch 1, on the cheapest instance of the training GPU model, or one
@@ -92,14 +91,9 @@ class ShapeKey(NamedTuple):
 
 
 class _Planner:
-    """Builds the solver's instance in two passes.
-
-    First pass (arrays, no per-offer objects): node shapes are found over the offer table; for
-    each shape feasibility and the speed model run once per node count; every stage option's
-    hours and billing's rough bounds are computed as arrays; the solver's one pruning routine
-    keeps what can still be among the best plans. Second pass: the survivors (typically 100-200)
-    get their full offers, exact terms and billing Uses.
-    """
+    """One request's instance: a first pass over the offer table's columns (layouts per node shape
+    and count, hours and bounds as arrays, first_pass.py's prune), then the exact pass (full
+    offers, exact terms, billing Uses) for the candidates it keeps."""
 
     def __init__(self, req: QuoteRequest, table: OfferTable, fx: FxTable, first_pass: bool = True):
         self.req, self.table, self.fx, self.first_pass = req, table, fx, first_pass
@@ -140,6 +134,7 @@ class _Planner:
     # -- the first pass --------------------------------------------------------------------------
 
     def build(self) -> Planned:
+        """Both passes over the table: the instance, its candidates and the rejections."""
         req, prep, t = self.req, self.prep, self.table
         kinds = (0, 1) if req.spot else (0,)
         usable = self._usable_rows(kinds)
@@ -245,7 +240,7 @@ class _Planner:
             key = key * (int(part.max()) + 1 if len(part) else 1) + part
             if len(key) and key.max() >= 1 << 16:
                 # renumbered in the same order, so the key stays as small as the shapes seen so far
-                # are few (a bincount over millions of unused key values was 0.16 s at 1M offers)
+                # are few (a bincount never runs over millions of unused key values)
                 key = renumbered_codes(key)
         inverse = renumbered_codes(key[rows])
         order = stable_order(inverse)  # by shape, rows ascending within each
@@ -285,7 +280,7 @@ class _Planner:
                        import_h: np.ndarray) -> TrainColumns:
         """Per offer, each node count and price kind a layout fits: its hours, wall clock and
         tokens. Layouts are found per piece (shape, node count, kind), the columns computed for
-        all pieces at once: a million offers are 767k candidates in a few hundred pieces."""
+        all pieces at once."""
         req, prep, work, t = self.req, self.prep, self.work, self.table
         self.fit_list: list[tuple[Fit, GpuSpec, Speed, ShapeKey]] = []
         spot_factors = None
@@ -335,8 +330,8 @@ class _Planner:
         table = np.array(pieces, dtype=np.float64).reshape(-1, 7)
         row = np.concatenate(rows_of).astype(np.int64) if rows_of else np.zeros(0, dtype=np.int64)
         piece = np.repeat(np.arange(len(pieces)), [len(r) for r in rows_of])
-        # per candidate from per piece: a gather each, of the dtype it keeps (at a million offers
-        # every full-size temporary is 6 MB of fresh pages)
+        # per candidate from per piece: a gather each, of the dtype it keeps (no full-size
+        # temporaries of another dtype)
         nodes, kind, fit = (table[:, c].astype(np.int64)[piece] for c in (0, 1, 2))
         export_h = transfer_hours_per_row(float(prep.export_gb), t, "export")
         tr = train_columns(row, nodes, kind, fit, (table[:, 3][piece], table[:, 4][piece], table[:, 5][piece]),
@@ -471,6 +466,7 @@ class _Planner:
                        first, self.table, misses, same_price)
 
     def _instance(self, train: list[Candidate], validate: list[Candidate]) -> PlanInstance:
+        """The solver's instance of the exact candidates, each training run tied to the validation key it needs."""
         req, work = self.req, self.work
         present = {key for c in validate for key in _validation_keys(c.gpu, c.signature)}
         solver_train = []
@@ -520,24 +516,18 @@ def _validation_keys(gpu: GpuSpec, signature: Signature) -> tuple[tuple, tuple]:
 
 
 def _needed_key(gpu: GpuSpec, signature: Signature, present: Container[tuple]) -> tuple:
-    """The key a training run of `signature` on `gpu` needs its validation to satisfy, given the
-    keys the validations `present` satisfy (seeds: validate on the training GPU model when some
-    offer of it holds the validation run, else on one of its architecture). The one home of that
-    rule, for the first pass and the exact one."""
+    """The key a training run of `signature` on `gpu` needs its validation to satisfy: its GPU
+    model's when a validation `present` satisfies it, else its architecture's (the seeds' rule;
+    both passes read it here)."""
     model, arch = _validation_keys(gpu, signature)
     return model if model in present else arch
 
 
-
-
 def plan_instance(req: QuoteRequest, offers: Sequence[Offer] | OfferTable, fx: FxTable, *,
                   first_pass: bool = True) -> Planned:
-    """The solver's instance for `req` over `offers` (a list of offers or an OfferTable; no I/O
-    happens here but the table's own resolution of its survivors' full offers).
-
-    `first_pass=False` skips the rough pruning and gives every candidate exact terms (for tests
-    that check the first pass against everything it could have kept).
-    """
+    """The solver's instance for `req` over `offers` (offers or an OfferTable; no I/O but the
+    table's resolution of its survivors' full offers). `first_pass=False` makes every candidate
+    exact and keeps the first pass's columns (`Planned.rough`), for the oracle tests."""
     check_quote_currency(req.currency)
     fx.rate(req.currency)  # an unknown quote currency is an input error before any work
     req = with_sized_validation(req)

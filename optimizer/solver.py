@@ -291,7 +291,7 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
 
 def stable_order(codes: np.ndarray) -> np.ndarray:
     """np.argsort(codes, kind="stable") of integer codes. Codes that fit in 16 bits are sorted as
-    such: numpy sorts those by radix, in linear time (1.5M group codes: 0.02 s, 0.12 s as int64)."""
+    such: numpy sorts those by radix, in linear time."""
     if len(codes) and codes.min() >= 0 and codes.max() < 2**16:
         return np.argsort(codes.astype(np.uint16), kind="stable")
     return np.argsort(codes, kind="stable")

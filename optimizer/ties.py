@@ -13,13 +13,9 @@ from rentopt.optimizer.solver import stable_order
 
 @dataclass
 class Ties:
-    """Usable offers equal in every column that prices or constrains a plan (all but the offer
-    id: the same provider, GPU, node, prices of every unit and kind, disk, transfer and stop
-    rules, limits, currency and price date) form one class. The planner plans the first offer
-    of each class in the offers' order; the answer names the others ("also at the same
-    price"). Without it, a catalog of ties (a cloud's zones, a seller's many listings at one
-    price) kept every member through the bounds: none is surely dearer than another, so the
-    exact stage got them all and a CP-SAT model was built to choose among equals."""
+    """Classes of usable offers equal in every column but the offer id (provider, GPU, node,
+    every price, disk, transfer and stop rules, limits, currency, price date). The planner plans
+    the first of each class in the offers' order; the answer names the others."""
 
     first: np.ndarray  # per table row: not a later member of a class (the rows to plan)
     klass: np.ndarray  # per table row: its class, for the first member of a class of two or more; else -1

@@ -1,8 +1,8 @@
 """The bundled snapshot as planning columns: what a quote reads of it.
 
-`data/snapshot.json.gz` (`SNAPSHOT_RESOURCE`; its format is catalog.py's) is the truth: about
-3,000 offers in 4 MB of JSON, which take 0.1 s of every quote to validate in full and turn into
-columns, while a quote keeps a few dozen of them. So tools/build_snapshot.py also writes `data/snapshot-columns.bin.gz`: the same
+`data/snapshot.json.gz` (`SNAPSHOT_RESOURCE`; its format is catalog.py's) is the truth: thousands
+of offers of JSON, which every quote would validate in full and turn into columns, while a quote
+keeps a few dozen of them. So tools/build_snapshot.py also writes `data/snapshot-columns.bin.gz`: the same
 offers per provider as planning columns (in plan_columns' encoding, as the store holds them)
 and each offer's JSON, tied to the snapshot file by its SHA-256. A quote reads the columns and
 validates only the full offers of the rows it keeps.

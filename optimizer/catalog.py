@@ -706,7 +706,7 @@ def _check_known(requested: list[str] | None, present: set[str], where: str) -> 
     """A provider name that is neither registered nor in the data is a typo: say so."""
     if not requested:
         return
-    from importlib.metadata import entry_points  # only when a provider is named (~20 ms to import)
+    from importlib.metadata import entry_points  # only when a provider is named (a slow import)
 
     registered = {ep.name for ep in entry_points(group="rentopt.providers")}
     unknown = [n for n in requested if n not in registered and n not in present]

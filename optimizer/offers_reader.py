@@ -129,7 +129,7 @@ class _Lines:
 
     def from_file(self, path: Path, skipped: int, signature: tuple) -> None:
         """Read lines again from `path` (whose first `skipped` bytes are not in the data; it
-        had `signature` when read) instead of holding its bytes: 80 MB of a 1M-line file."""
+        had `signature` when read) instead of holding its bytes."""
         self._line_ends()
         self._file, self.data = (path, skipped, signature), None
 
@@ -195,7 +195,7 @@ def _parse_csv(lines: _Lines, *, name: str, fetched_at: datetime, source: str,
     del cells  # Arrow's columns: the table holds what the quote needs
     import pyarrow as pa
 
-    pa.default_memory_pool().release_unused()  # hand the freed columns back to the system (300 MB of a 1M-line file)
+    pa.default_memory_pool().release_unused()  # hand the freed columns back to the system
     return reader.finish(lines, ids_distinct=ids_distinct)
 
 
@@ -225,14 +225,12 @@ def _header(text: str, name: str) -> list[str]:
 class _ArrowCells:
     """The cells of a CSV file read by pyarrow.csv, every column as text, and the line number
     of each row. Arrow reads any dialect the csv module reads (LF or CRLF, quoted cells with
-    commas or doubled quotes, empty cells) in C++, a few hundred ms for 1,000,000 lines.
+    commas or doubled quotes, empty cells) in C++.
 
-    Chosen over polars (both measured on 1M- and 100k-offer files, LF and CRLF+quoted: the same
-    CPU time within noise, 0.3-0.6 s to read 1M lines) because Arrow's reader says the line
+    Chosen over polars (as fast, measured on large files) because Arrow's reader says the line
     number of each row with too many or too few cells (`invalid_row_handler`), which keeps
     errors row-level without a second tokenizer; its dictionary encoding codes a column
-    exactly, without polars' process-wide category ids; and its peak memory at 1M lines was
-    lower (380 MB against 480-520 MB for polars with the same coding)."""
+    exactly, without polars' process-wide category ids; and its peak memory was lower."""
 
     def __init__(self, table: Any, line_numbers: np.ndarray, invalid: list[tuple[int, list[str]]]):
         self.table, self.n = table, table.num_rows
@@ -337,7 +335,7 @@ _CONTROL_RE2 = r"[\x00-\x1f\x7f-\x{9f}\x{200b}-\x{200f}\x{2028}-\x{202e}\x{2060}
 
 def _numbers(array: Any) -> np.ndarray:
     """An Arrow integer array without nulls as a numpy view of its buffer (Arrow's own
-    to_numpy() imports pandas, 0.2 s a quote never needs)."""
+    to_numpy() imports pandas, which a quote never needs)."""
     import pyarrow as pa
 
     dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(array.type) else 'u'}{array.type.bit_width // 8}")
@@ -586,7 +584,7 @@ _MISSING = object()
 
 def _spread(values: list, codes: np.ndarray) -> np.ndarray:
     """values[codes[i]] for every line as floats; one value, where every line has it, held once
-    (a column a file leaves empty or fills alike: 8 MB per column of a 1M-line file)."""
+    (a column a file leaves empty or fills alike)."""
     table = np.array(values, dtype=np.float64)
     return constant(table[0], len(codes), np.float64) if len(table) == 1 else table[codes]
 

@@ -588,7 +588,7 @@ def _plan_row_adapter() -> TypeAdapter:
 
 
 def _plan_json(offer: Offer) -> str:
-    # pydantic's serializer writes the row ~4x faster than json.dumps (50k offers: 0.1 s vs 0.4 s)
+    # pydantic's serializer writes the row several times faster than json.dumps
     return _plan_row_adapter().dump_json(plan_row(offer)).decode()
 
 

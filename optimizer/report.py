@@ -589,17 +589,24 @@ def pick_chart_gpus(prices: Sequence[GpuPrices], limit: int = CHART_GPUS) -> lis
 
 
 def provider_sets(offers: OfferSet) -> dict[str, OfferSet]:
-    """Each provider's offers as a set of its own, for planning one provider at a time. A price the
-    whole catalog holds out as suspect (far below every other seller of the GPU) is left out here
-    too: planned alone, a provider has no other sellers to be compared with."""
-    from rentopt.optimizer.suspect import suspect_offers
+    """Each provider's offers as a set of its own, for planning one provider at a time: slices of
+    one offer table, built once. A price the whole catalog holds out as suspect (far below every
+    other seller of the GPU) is left out here too: planned alone, a provider has no other
+    sellers to be compared with."""
+    import numpy as np
 
-    held = suspect_offers(offers.offers)
-    mine: dict[str, list[Offer]] = defaultdict(list)
-    for o in offers.offers:
-        if o.key not in held:
-            mine[o.provider].append(o)
-    return {p: replace(offers, offers=group) for p, group in mine.items()}
+    from rentopt.optimizer.catalog import TableColumns
+    from rentopt.optimizer.suspect import suspect_rows
+
+    table = offers.table()
+    kept = np.ones(table.n, dtype=bool)
+    kept[list(suspect_rows(table))] = False
+    codes, names = table.category("provider")
+    found = {}
+    for code in np.unique(codes[kept]).tolist():
+        rows = np.flatnonzero(kept & (codes == code))
+        found[names[code]] = replace(offers, offers=[], columns=TableColumns(table.take(rows)))
+    return found
 
 
 def price_workload(workload: Workload, by_provider: dict[str, OfferSet], providers: Sequence[str], fx: FxTable,

@@ -15,7 +15,7 @@ then destroy).
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import fields, replace
 from decimal import Decimal
 from operator import attrgetter
@@ -93,10 +93,14 @@ class ShapeKey(NamedTuple):
 class _Planner:
     """One request's instance: a first pass over the offer table's columns (layouts per node shape
     and count, hours and bounds as arrays, first_pass.py's prune), then the exact pass (full
-    offers, exact terms, billing Uses) for the candidates it keeps."""
+    offers, exact terms, billing Uses) for the candidates it keeps. `per_provider`: every stage of
+    a plan at one provider, and plans differ by provider (not by provider and GPU)."""
 
-    def __init__(self, req: QuoteRequest, table: OfferTable, fx: FxTable, first_pass: bool = True):
+    def __init__(self, req: QuoteRequest, table: OfferTable, fx: FxTable, first_pass: bool = True,
+                 per_provider: bool = False):
         self.req, self.table, self.fx, self.first_pass = req, table, fx, first_pass
+        self.per_provider = per_provider
+        self.provider_code = table.category("provider")[0].astype(np.int64)
         self.prep = prepare(req)
         self.work = work_plan(req, self.prep)
         self._fits: dict[tuple, dict[float | str | None, Fit | NoFit]] = {}  # per shape but its RAM, per host RAM
@@ -146,10 +150,14 @@ class _Planner:
         tr = self._train_columns(shapes, kinds, import_h)
         va = None
         if req.validate_hours is not None:
-            va, need = self._validate_columns(shapes, kinds, import_h)
-            tr = replace(tr, need=need[tr.fit] if len(tr) else np.zeros(0, dtype=np.int64))
-        provider_code, gpu_code = (t.category(name)[0].astype(np.int64) for name in ("provider", "gpu"))
-        tr = replace(tr, group=dense_codes(provider_code[tr.row] * (int(gpu_code.max(initial=0)) + 1) + gpu_code[tr.row]))
+            va, need = self._validate_columns(shapes, kinds, import_h, tr)
+            tr = replace(tr, need=need)
+        provider_code, gpu_code = self.provider_code, t.category("gpu")[0].astype(np.int64)
+        if self.per_provider:
+            tr = replace(tr, group=dense_codes(provider_code[tr.row]))
+        else:
+            tr = replace(tr, group=dense_codes(provider_code[tr.row] * (int(gpu_code.max(initial=0)) + 1)
+                                               + gpu_code[tr.row]))
         fp = self._first_pass_of(kinds)
         keep_t, keep_v = np.ones(len(tr), dtype=bool), np.ones(0 if va is None else len(va), dtype=bool)
         if self.first_pass and len(tr):
@@ -347,10 +355,10 @@ class _Planner:
         return tr.subset(np.flatnonzero(~too_long))
 
     def _validate_columns(self, shapes: dict[ShapeKey, tuple[GpuSpec, NodeShape, np.ndarray]], kinds: tuple[int, ...],
-                          import_h: np.ndarray) -> tuple[ValidateColumns, np.ndarray]:
+                          import_h: np.ndarray, tr: TrainColumns) -> tuple[ValidateColumns, np.ndarray]:
         """Per offer, the same job at micro-batch 1 on one node, for each signature that training
         runs on a GPU of the offer's architecture (a validation serves only those); and per
-        training fit, the validation key it needs (-1: none present)."""
+        training candidate in `tr`, the validation key it needs (-1: none present)."""
         req, prep, t = self.req, self.prep, self.table
         assert req.validate_hours is not None
         by_arch: dict[str, set[Signature]] = {}
@@ -383,16 +391,34 @@ class _Planner:
                     continue
                 fit_id = len(self.v_fits)
                 self.v_fits.append(fit)
-                model, arch = _validation_keys(gpu, sig)
-                model_key = self.keys.setdefault(model, len(self.keys))
-                arch_key = self.keys.setdefault(arch, len(self.keys))
-                for kind in kinds:
-                    rows_of.append(rows[has[kind][rows]])
-                    pieces.append((kind, numbered[sig], fit_id, model_key, arch_key))
-        # each training candidate needs one key (per training layout): `_needed_key` of those present
-        need_of_fit = np.array([self.keys.get(_needed_key(gpu, Signature.of(fit.layout), self.keys), -1)
-                                for fit, gpu, _, _ in self.fit_list], dtype=np.int64)
-        return validate_columns(rows_of, pieces, hours, out_h), need_of_fit
+                for provider, mine in self._by_provider(rows):
+                    model, arch = _validation_keys(gpu, sig, provider)
+                    model_key = self.keys.setdefault(model, len(self.keys))
+                    arch_key = self.keys.setdefault(arch, len(self.keys))
+                    for kind in kinds:
+                        rows_of.append(mine[has[kind][mine]])
+                        pieces.append((kind, numbered[sig], fit_id, model_key, arch_key))
+        return validate_columns(rows_of, pieces, hours, out_h), self._needs(tr)
+
+    def _by_provider(self, rows: np.ndarray) -> list[tuple[str | None, np.ndarray]]:
+        """`rows` split by provider when plans stay at one provider, else whole (provider None)."""
+        if not self.per_provider:
+            return [(None, rows)]
+        codes = self.provider_code[rows]
+        return [(self.table.provider[int(rows[codes == c][0])], rows[codes == c]) for c in np.unique(codes).tolist()]
+
+    def _needs(self, tr: TrainColumns) -> np.ndarray:
+        """Per training candidate, the validation key it needs (`_needed_key` of the keys present;
+        -1: none), worked out once per training layout (and provider, in per-provider mode)."""
+        providers = self.provider_code[tr.row] if self.per_provider else np.zeros(len(tr), dtype=np.int64)
+        pair = tr.fit.astype(np.int64) * (int(providers.max(initial=0)) + 1) + providers
+        _, first, at = np.unique(pair, return_index=True, return_inverse=True)
+        need = np.zeros(len(first), dtype=np.int64)
+        for i, c in enumerate(first.tolist()):
+            fit, gpu, _, _ = self.fit_list[int(tr.fit[c])]
+            provider = self.table.provider[int(tr.row[c])] if self.per_provider else None
+            need[i] = self.keys.get(_needed_key(gpu, Signature.of(fit.layout), self.keys, provider), -1)
+        return need[at.reshape(-1)]
 
     # -- the second pass: exact candidates for the survivors --------------------------------------
 
@@ -468,14 +494,19 @@ class _Planner:
     def _instance(self, train: list[Candidate], validate: list[Candidate]) -> PlanInstance:
         """The solver's instance of the exact candidates, each training run tied to the validation key it needs."""
         req, work = self.req, self.work
-        present = {key for c in validate for key in _validation_keys(c.gpu, c.signature)}
+        at: Callable[[Candidate], str | None] = (lambda c: c.offer.provider) if self.per_provider else (lambda c: None)
+        present = {key for c in validate for key in _validation_keys(c.gpu, c.signature, at(c))}
         solver_train = []
         for c in train:
-            sig = _needed_key(c.gpu, c.signature, present) if validate else _validation_keys(c.gpu, c.signature)[0]
-            solver_train.append(SolverCandidate(c.use, group=(c.offer.provider, c.gpu.id), wall_hours=c.hours_high,
+            sig = _needed_key(c.gpu, c.signature, present, at(c)) if validate else \
+                _validation_keys(c.gpu, c.signature, at(c))[0]
+            group = (c.offer.provider, "") if self.per_provider else (c.offer.provider, c.gpu.id)
+            solver_train.append(SolverCandidate(c.use, group=group, wall_hours=c.hours_high,
                                                 signature=sig, tokens=Decimal(str(c.tokens)) if c.tokens else None))
         return PlanInstance(
-            validate=tuple(SolverCandidate(c.use, wall_hours=c.use.hours, signature=_v_keys(c)) for c in validate),
+            validate=tuple(SolverCandidate(c.use, wall_hours=c.use.hours,
+                                           signature=frozenset(_validation_keys(c.gpu, c.signature, at(c))))
+                           for c in validate),
             train=tuple(solver_train), idle_hours=req.idle_days * 24, deadline_hours=work.deadline_hours,
             budget=req.budget, currency=req.currency, rank_by="per_token" if work.tokens is None else "total",
         )
@@ -506,33 +537,32 @@ def validate_id(provider: str, offer_id: str, kind: int, signature: int) -> str:
     return f"v:{provider}:{offer_id}:{kind}:{signature}"
 
 
-def _v_keys(c: Candidate) -> frozenset:
-    return frozenset(_validation_keys(c.gpu, c.signature))
+def _validation_keys(gpu: GpuSpec, signature: Signature, provider: str | None = None) -> tuple[tuple, tuple]:
+    """The keys a validation of `signature` on `gpu` satisfies: its GPU model's, its architecture's
+    (at `provider` only, when given: plans that keep every stage at one provider)."""
+    model, arch = (gpu.id, signature), ("arch:" + gpu.architecture, signature)
+    return (model, arch) if provider is None else ((provider, *model), (provider, *arch))
 
 
-def _validation_keys(gpu: GpuSpec, signature: Signature) -> tuple[tuple, tuple]:
-    """The keys a validation of `signature` on `gpu` satisfies: its GPU model's, its architecture's."""
-    return (gpu.id, signature), ("arch:" + gpu.architecture, signature)
-
-
-def _needed_key(gpu: GpuSpec, signature: Signature, present: Container[tuple]) -> tuple:
+def _needed_key(gpu: GpuSpec, signature: Signature, present: Container[tuple], provider: str | None = None) -> tuple:
     """The key a training run of `signature` on `gpu` needs its validation to satisfy: its GPU
     model's when a validation `present` satisfies it, else its architecture's (the seeds' rule;
     both passes read it here)."""
-    model, arch = _validation_keys(gpu, signature)
+    model, arch = _validation_keys(gpu, signature, provider)
     return model if model in present else arch
 
 
 def plan_instance(req: QuoteRequest, offers: Sequence[Offer] | OfferTable, fx: FxTable, *,
-                  first_pass: bool = True) -> Planned:
+                  first_pass: bool = True, per_provider: bool = False) -> Planned:
     """The solver's instance for `req` over `offers` (offers or an OfferTable; no I/O but the
     table's resolution of its survivors' full offers). `first_pass=False` makes every candidate
-    exact and keeps the first pass's columns (`Planned.rough`), for the oracle tests."""
+    exact and keeps the first pass's columns (`Planned.rough`), for the oracle tests.
+    `per_provider`: each plan at one provider, plans of different providers (`best_per_provider`)."""
     check_quote_currency(req.currency)
     fx.rate(req.currency)  # an unknown quote currency is an input error before any work
     req = with_sized_validation(req)
     table = offers if isinstance(offers, OfferTable) else OfferTable.from_offers(list(offers))
-    return _Planner(req, table, fx, first_pass).build()
+    return _Planner(req, table, fx, first_pass, per_provider).build()
 
 
 _RAM_STEPS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
@@ -557,20 +587,26 @@ def _ram_keys(gb: np.ndarray) -> np.ndarray:
 # The quote
 
 
-def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_rejected: bool = True) -> Quote:
+def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_rejected: bool = True,
+                per_provider: bool = False) -> Quote:
     """Plan the job over `offers`; raises NoFeasiblePlan (exit 3) when nothing fits.
 
     `list_rejected=False` leaves `Quote.rejected` empty and only counts them in
     `rejected_count` (a table without --explain does not need 10,000 rejection records).
+    `per_provider=True`: the best plan of every provider that has one, each with all its stages
+    at that provider (what planning each provider's offers alone gives), ranked; `req.top` is
+    not read.
     """
     table = offers.table()
+    if per_provider:
+        req = replace(req, top=max(1, len(np.unique(table.category("provider")[0]))))
     validation_note = None
     if req.validate_sized and req.validate_hours is not None:
         hours, validation_note = sized_validation(req)
         req = replace(req, validate_hours=hours, validate_sized=False)
     if req.measured_peak_gb is not None and req.measured is None:
         req = replace(req, measured=_peak_scale(req, table, fx))
-    planned = plan_instance(req, table, fx)
+    planned = plan_instance(req, table, fx, per_provider=per_provider)
     inst = planned.instance
     if not inst.train:
         raise explain_no_plan(no_candidates(planned, req, table.n), planned, list_rejected)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from rentopt import __version__
-from rentopt.optimizer.catalog import OfferSet, load_offers, open_history
+from rentopt.optimizer.catalog import OfferSet, TableColumns, load_offers, open_history
 from rentopt.optimizer.charts import PALETTE, Bar, bar_chart, bar_scale, line_chart, scale_words
 from rentopt.optimizer.currency import FxTable, round_money
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
@@ -405,12 +405,13 @@ def build_report(request: ReportRequest, fx: FxTable) -> Report:
                      "(the store was written by another version; `rentopt refresh` rewrites it)")
     workloads = list(reference_workloads())
     workloads += [w for w in request.workloads if w.key not in {r.key for r in workloads}]
-    by_provider = provider_sets(offers)
+    planning = replace(offers, offers=[], columns=TableColumns(offers.table()))  # one offer table for every plan
+    alone = _Alone(planning)
     return Report(
         generated_at=now, origin=offers.origin, label=offers.label, currency=currency,
         fx=fx.rates_used(priced, to_ccy=currency),
         since=request.since, since_text=request.since_text, freshness=facts.freshness, prices=prices,
-        chart_gpus=pick_chart_gpus(prices), jobs=[price_workload(w, by_provider, providers, fx, currency) for w in workloads],
+        chart_gpus=pick_chart_gpus(prices), jobs=[price_workload(w, planning, providers, fx, currency, alone) for w in workloads],
         history=facts.history, moves=facts.moves, history_note=facts.history_note, notes=notes, providers=providers,
         gpus=request.gpus, min_gpu_memory_gb=request.min_gpu_memory_gb, filter_text=filter_text,
     )
@@ -595,7 +596,6 @@ def provider_sets(offers: OfferSet) -> dict[str, OfferSet]:
     sellers to be compared with."""
     import numpy as np
 
-    from rentopt.optimizer.catalog import TableColumns
     from rentopt.optimizer.suspect import suspect_rows
 
     table = offers.table()
@@ -609,14 +609,43 @@ def provider_sets(offers: OfferSet) -> dict[str, OfferSet]:
     return found
 
 
-def price_workload(workload: Workload, by_provider: dict[str, OfferSet], providers: Sequence[str], fx: FxTable,
-                   currency: str) -> WorkloadJobs:
-    """The best plan at each provider (the planner on that provider's offers alone)."""
+def quote_request(workload: Workload, currency: str) -> QuoteRequest:
+    """The quote a report row prices: the workload's job, its best plan."""
+    return QuoteRequest(model=workload.model, setup=TrainingSetup(mode=workload.mode), days=workload.days,
+                        tokens=workload.tokens, currency=currency, top=1)
+
+
+class _Alone:
+    """Each provider's offers as a set of its own (`provider_sets`), built on first use: only a
+    provider without a plan is planned alone, for the reason it has none."""
+
+    def __init__(self, offers: OfferSet):
+        self.offers, self._sets = offers, None
+
+    def get(self, provider: str) -> OfferSet | None:
+        if self._sets is None:
+            self._sets = provider_sets(self.offers)
+        return self._sets.get(provider)
+
+
+def price_workload(workload: Workload, offers: OfferSet, providers: Sequence[str], fx: FxTable, currency: str,
+                   alone: _Alone | None = None) -> WorkloadJobs:
+    """The best plan at each provider, every stage at that provider: one planner pass over all
+    the providers' offers (`build_quote(per_provider=True)`; a price the catalog holds out as
+    suspect stays out). A provider without a plan is planned alone, for its reason."""
+    request = quote_request(workload, currency)
+    alone = alone or _Alone(offers)
+    try:
+        found = {plan.stages[0].provider: plan for plan in
+                 build_quote(request, offers, fx, list_rejected=False, per_provider=True).plans}
+    except NoFeasiblePlan:
+        found = {}
     rows = []
     for p in providers:
-        request = QuoteRequest(model=workload.model, setup=TrainingSetup(mode=workload.mode), days=workload.days,
-                               tokens=workload.tokens, currency=currency, top=1)
-        mine = by_provider.get(p)
+        if p in found:
+            rows.append(JobRow(p, found[p]))
+            continue
+        mine = alone.get(p)
         if mine is None:
             rows.append(JobRow(p, None, "no offers (every price held out as suspect)"))
             continue

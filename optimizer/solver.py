@@ -530,6 +530,24 @@ def _unrounded(stages: Iterable[StageBill]) -> Decimal:
                 if ln.cost is not None and ln.unit_price is not None), Decimal(0))
 
 
+def _by_key(validate: Iterable[Candidate]) -> dict[Hashable, list[Candidate]]:
+    """The validation candidates that serve each key, in their order."""
+    found: dict[Hashable, list[Candidate]] = defaultdict(list)
+    for v in validate:
+        for key in (v.signature if isinstance(v.signature, frozenset) else (v.signature,)):
+            found[key].append(v)
+    return found
+
+
+def _pairs(p: _Pruned) -> int:
+    """How many (validation, training) combinations the pruned instance has: compatible pairs,
+    or the training candidates alone without validation."""
+    if not p.validate:
+        return len(p.train)
+    serving = _by_key(p.validate)
+    return sum(len(serving.get(t.signature, ())) for t in p.train)
+
+
 def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int) -> list[PlanBill]:
     uses = inst.uses
     G = inst.idle_hours
@@ -537,14 +555,13 @@ def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int) -> list[PlanBill]:
     _alone_totals((c.use for c in (*p.validate, *p.train)), alone, exact)
     budget = inst.budget
     best: dict[tuple[str, str], _Option] = {}
+    serving = _by_key(p.validate)
     for t in p.train:
         options: list[_Option] = []
         t_cost, t_unk = alone[t.id]
         if not p.validate:
             options.append(_Option(_score(inst, t_cost, t), t_unk, Choice(None, t.id, None), unrounded=exact[t.id]))
-        for v in p.validate:
-            if not compatible(v, t):
-                continue
+        for v in serving.get(t.signature, ()):
             destroy_ok = _fits(inst, _destroy_wall(v) + G + t.wall)
             v_cost, v_unk = alone[v.id]
             if (v.id, t.id) in p.leases:
@@ -665,7 +682,7 @@ def solve(inst: PlanInstance, top_k: int = 5, *, time_limit_s: float = DEFAULT_T
         p = prune(inst, top_k)
     else:
         p = _unpruned(inst)
-    pairs = max(1, len(p.validate)) * len(p.train)
+    pairs = _pairs(p)
     use_cp = method == "cp-sat" or (method == "auto" and inst.rank_by == "total" and pairs > ENUMERATION_LIMIT)
     log.debug("pruned to %d validation and %d training candidates (%s); %s",
               len(p.validate), len(p.train), p.dropped, "cp-sat" if use_cp else "enumeration")

@@ -646,7 +646,7 @@ def test_an_unknown_charge_is_shown_as_unknown_never_as_free_and_ranks_after_a_f
     offer_set = OfferSet(offers=offers, origin="offers-file", prices_as_of=when, label="test",
                          provenance={p: Provenance(p, when, "hand-made", 1, origin="offers-file") for p in ("aaa", "bbb")})
     fx = FxTable.load(histories=[ECB_OCT_30])
-    jobs = price_workload(parse_workload("7b qlora 1d"), provider_sets(offer_set), ["aaa", "bbb"], fx, "USD")
+    jobs = price_workload(parse_workload("7b qlora 1d"), offer_set, ["aaa", "bbb"], fx, "USD")
     first, second = jobs.rows
     assert first.plan.total == second.plan.total  # the known parts tie
     assert (first.provider, second.provider) == ("bbb", "aaa")
@@ -678,7 +678,7 @@ def test_a_suspect_price_is_held_out_of_the_report_too():
     offers = OfferSet(offers=h100s(*MARKET), origin="offers-file", provenance={}, prices_as_of=None, label="test")
     by_provider = provider_sets(offers)
     assert sorted(by_provider) == ["a", "b", "c"]
-    job = price_workload(parse_workload("7b lora 1d"), by_provider, ["a", "b", "c", "cheap"], FxTable.load(), "USD")
+    job = price_workload(parse_workload("7b lora 1d"), offers, ["a", "b", "c", "cheap"], FxTable.load(), "USD")
     rows = {r.provider: r for r in job.rows}
     assert rows["cheap"].plan is None and "suspect" in rows["cheap"].reason
     assert all(rows[p].plan is not None for p in "abc")

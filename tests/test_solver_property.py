@@ -503,8 +503,8 @@ def test_validations_per_key_from_pieces_is_the_sorted_grouping(spot):
     usable = built._usable_rows(kinds)
     shapes = built._shapes(usable)
     import_h = transfer_hours_per_row(float(built.prep.import_gb), table, "import")
-    built._train_columns(shapes, kinds, import_h)
-    va, _ = built._validate_columns(shapes, kinds, import_h)
+    tr = built._train_columns(shapes, kinds, import_h)
+    va, _ = built._validate_columns(shapes, kinds, import_h, tr)
     assert va.starts is not None and len(va) > 1000
     found = validations_per_key(va)
     want = rows_per_key(va.keys, np.ones(len(va), dtype=bool))

@@ -306,6 +306,13 @@ class OfferSet:
     # store; `rentopt refresh --providers runpod` (RUNPOD_API_KEY), or ...")
     missing: list[str] = field(default_factory=list)
     empty_reason: str = ""  # `rentopt offers` with no rows: why
+    # `rentopt offers --offers-file F --format json|csv`: the rows shown, as the file's columns
+    # (offers_writer writes them without an Offer per row); `offers` is then empty
+    listed: Any = None
+
+    def shown(self) -> int:
+        """How many offers `rentopt offers` shows."""
+        return len(self.offers) if self.listed is None else len(self.listed)
 
     def keys(self) -> list[tuple[str, str]]:
         """Every offer's (provider, offer id), the store's first."""
@@ -1039,12 +1046,13 @@ def sort_offers(offers: Sequence[Offer], key: SortKey = "price") -> list[Offer]:
 
 
 def find_offers(query: OfferQuery, *, offers_file: Path | None = None, sort: SortKey = "price",
-                limit: int | None = None, suspect: bool = False) -> OfferSet:
+                limit: int | None = None, suspect: bool = False, objects: bool = True) -> OfferSet:
     """`rentopt offers`: the matching offers, sorted and cut to `limit`, with their provenance.
     `suspect`: only the suspect prices among them (optimizer/suspect.py), each offer's reason in
-    `extra["suspect"]`; suspect is judged against every provider's offers, not the matching ones."""
+    `extra["suspect"]`; suspect is judged against every provider's offers, not the matching ones.
+    `objects=False`: an offers file's rows stay columns (`OfferSet.listed`, for offers_writer)."""
     if offers_file is not None:
-        return _list_offers_file(Path(offers_file), query, sort, limit, suspect)
+        return _list_offers_file(Path(offers_file), query, sort, limit, suspect, objects)
     if suspect:
         from rentopt.optimizer.suspect import suspect_offers
 
@@ -1068,11 +1076,13 @@ def _say_cut(found: OfferSet, matched: int) -> None:
         found.notes.append(f"showing {len(found.offers)} of {matched} matching offers; raise --limit to see more")
 
 
-def _list_offers_file(path: Path, query: OfferQuery, sort: SortKey, limit: int | None, suspect: bool) -> OfferSet:
+def _list_offers_file(path: Path, query: OfferQuery, sort: SortKey, limit: int | None, suspect: bool,
+                      objects: bool = True) -> OfferSet:
     """`find_offers` of an offers file, on its columns (offers_reader.Listing): filtered, sorted
     and cut there, so that full offers are built only for the rows shown (a 100,000-line file
-    listed 50 at a time builds 50, not 100,000). The same rows in the same order as
-    `sort_offers` over the file's full offers: prices compare exactly (Decimal), never as floats."""
+    listed 50 at a time builds 50, not 100,000), or with `objects=False` none at all. The same
+    rows in the same order as `sort_offers` over the file's full offers: prices compare exactly
+    (Decimal), never as floats."""
     import numpy as np
 
     from rentopt.optimizer.offers_reader import read_offers_listing
@@ -1103,10 +1113,16 @@ def _list_offers_file(path: Path, query: OfferQuery, sort: SortKey, limit: int |
         keep &= in_reasons
     rows = np.flatnonzero(keep)
     shown = _listing_order(whole, listing.hour_price, rows, sort, limit)
-    offers = whole.offers(shown.tolist())
-    if suspect:
-        offers = [o.model_copy(update={"extra": {**o.extra, "suspect": reasons[int(r)]}}) for o, r in zip(offers, shown)]
-    found = OfferSet(offers, "offers-file", provenance, _oldest(offers), f"offers file {path}")
+    from rentopt.optimizer.offers_writer import ListedRows
+
+    listed = ListedRows(listing, shown, reasons, suspect_only=suspect)
+    if objects:
+        offers = listed.offers()
+        found = OfferSet(offers, "offers-file", provenance, _oldest(offers), f"offers file {path}")
+    else:
+        when_codes, whens = whole.category("fetched_at")
+        oldest = min((whens[c] for c in np.unique(when_codes[shown]).tolist()), default=None)
+        found = OfferSet([], "offers-file", provenance, oldest, f"offers file {path}", listed=listed)
     if not len(rows):
         found.empty_reason = _why_empty(found, query, suspect)
     _say_cut(found, len(rows))

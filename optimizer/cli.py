@@ -893,6 +893,7 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
     from rentopt.optimizer.catalog import find_offers
     from rentopt.optimizer.hardware import resolve_user_gpu
     from rentopt.optimizer.offers_io import OFFER_TABLE_HEADERS, offer_table_rows, write_offers_csv, write_offers_json
+    from rentopt.optimizer.offers_writer import write_listed_csv, write_listed_json
     from rentopt.optimizer.store import OfferQuery
 
     names = _comma_list(providers)
@@ -902,18 +903,23 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
         currency=currency.strip().upper() if currency else None, max_hour_price=max_price,
     )
     found = find_offers(query, offers_file=offers_file, sort=sort, limit=limit or (50 if fmt == "table" else None),
-                        suspect=suspect)
+                        suspect=suspect, objects=fmt == "table")  # json/csv of a file: from its columns
     from rentopt.optimizer.text import one_line  # every line one inert line: names may hold escapes
 
     if fmt != "table":
         _warn(found.warnings)
-        click.echo(one_line(f"# {found.label}: {len(found.offers)} offers"), err=True)
+        click.echo(one_line(f"# {found.label}: {found.shown()} offers"), err=True)
         for line in found.sources():
             click.echo(one_line(f"# prices: {line}"), err=True)
         if fmt == "json":
-            write_offers_json(found.offers, sys.stdout)
+            if found.listed is not None:
+                write_listed_json(found.listed, sys.stdout)
+            else:
+                write_offers_json(found.offers, sys.stdout)
         else:
-            for left in write_offers_csv(found.offers, sys.stdout):
+            left_out = write_offers_csv(found.offers, sys.stdout) if found.listed is None else \
+                write_listed_csv(found.listed, sys.stdout)
+            for left in left_out:
                 click.echo(one_line(f"# left out {left.provider}/{left.offer_id}: no price a CSV line can express"),
                            err=True)
         return

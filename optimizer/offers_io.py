@@ -445,23 +445,50 @@ def offer_to_csv_row(offer: Offer) -> dict[str, str] | None:
     row = {
         "provider": offer.provider, "offer_id": offer.offer_id, "gpu": offer.gpu or offer.gpu_raw,
         "gpus": str(offer.gpus), "currency": offer.currency, "interconnect": offer.interconnect,
-        "region": offer.region or "", "spot": "yes" if offer.spot else "no",
+        "region": offer.region or "", "spot": csv_yes_no(offer.spot),
         "gpu_memory_gb": repr(offer.gpu_memory_gb),
-        "fetched_at": offer.fetched_at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
+        "fetched_at": csv_time(offer.fetched_at),
         "source": offer.source,
     }
     row.update({k: str(v) for k, v in prices.items()})
     for column in ("storage_gb_month", "egress_gb", "ingress_gb"):
         value = getattr(offer, column)
         row[column] = "" if value is None else str(value)
-    if offer.max_duration_hours is not None:
-        row["max_days"] = str(Decimal(repr(offer.max_duration_hours)) / HOURS_PER_DAY)
+    row["max_days"] = csv_days(offer.max_duration_hours)
     row["stopped_bills"] = offer.stopped_bills
-    if offer.stopped_max_days is not None:
-        row["stopped_max_days"] = repr(offer.stopped_max_days)
-    if offer.free_disk_gb:
-        row["free_disk_gb"] = repr(offer.free_disk_gb)
+    row["stopped_max_days"] = csv_number(offer.stopped_max_days)
+    row["free_disk_gb"] = csv_number(offer.free_disk_gb or None)
     return row
+
+
+# One cell each, for offer_to_csv_row and the listing written from columns (offers_writer).
+
+
+def csv_yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def csv_time(when: datetime) -> str:
+    """A time as the CSV writes it: UTC, ISO 8601, 'Z'.
+
+    >>> csv_time(datetime.fromisoformat("2026-11-28T08:00:00+02:00"))
+    '2026-11-28T06:00:00Z'
+    """
+    return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def csv_days(hours: float | None) -> str:
+    """max_days of a rental limit in hours (empty: none); reads back as the same hours.
+
+    >>> csv_days(2160.0), csv_days(None)
+    ('90.0', '')
+    """
+    return "" if hours is None else str(Decimal(repr(hours)) / HOURS_PER_DAY)
+
+
+def csv_number(value: float | None) -> str:
+    """A float cell, written as Python writes the float (empty: unknown)."""
+    return "" if value is None else repr(value)
 
 
 # --------------------------------------------------------------------------------------------

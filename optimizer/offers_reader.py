@@ -73,11 +73,31 @@ class Listing:
     """An offers file as `rentopt offers` lists it: its table, and per row what a listing filters
     and sorts by that the planner's table leaves out, each as (codes, values) with
     `values[codes[row]]` the row's: `region` (str or None, as the Offer's) and `hour_price`
-    (models.hour_price, an exact Decimal or None). Full offers are built only for the rows shown."""
+    (models.hour_price, an exact Decimal or None). Full offers are built only for the rows shown.
+
+    `cells`: the rest of what the Offer of a CSV line holds that the table has only as floats or
+    not at all, each as (codes, values), for writing the listing's JSON and CSV from columns
+    (offers_writer): see EXACT_COLUMNS. `offers`: where the file was read as full offers (a JSON
+    file, a CSV file Arrow cannot number line by line), those offers, row for row; `cells` is
+    then empty."""
 
     table: OfferTable
     region: tuple[np.ndarray, list]
     hour_price: tuple[np.ndarray, list]
+    cells: dict[str, tuple[np.ndarray, list]]
+    offers: list[Offer] | None = None
+
+
+# A Listing's `cells`, by the Offer field each gives (values[codes[row]] the row's value):
+# - price_hour, price_day, price_week, price_month: the text of the Decimal amount of the line's
+#   option of that unit (str(Decimal): "2.10" and "2.1" stay two values), None without one;
+# - storage_gb_month, egress_gb, ingress_gb: the text of the Decimal, None when unknown;
+# - stopped_max_days: the float, None when not given;
+# - source: the Offer's source; fetched_at: (its isoformat, the datetime), so that one instant
+#   written with two offsets stays two values;
+# - gpu_extra: (note, candidates) of a bare GPU name read as the usual variant, else None.
+EXACT_COLUMNS = ("price_hour", "price_day", "price_week", "price_month", "storage_gb_month", "egress_gb",
+                 "ingress_gb", "stopped_max_days", "source", "fetched_at", "gpu_extra")
 
 
 def read_offers_listing(path: Path) -> Listing:
@@ -85,7 +105,9 @@ def read_offers_listing(path: Path) -> Listing:
     errors as `read_offers_table`."""
     table, extra = _read(Path(path), listing=True)
     assert extra is not None
-    return Listing(table, extra["region"], extra["hour_price"])
+    offers = extra.pop("offers", None)
+    region, prices = extra.pop("region"), extra.pop("hour_price")
+    return Listing(table, region, prices, extra, offers)
 
 
 def _read(path: Path, *, listing: bool) -> tuple[OfferTable, dict | None]:
@@ -108,13 +130,33 @@ def _read(path: Path, *, listing: bool) -> tuple[OfferTable, dict | None]:
 
 def _of_offers(offers: list[Offer], listing: bool) -> tuple[OfferTable, dict | None]:
     """Full offers (a JSON file, a file read line by line) as a table, with their listing columns."""
-    return OfferTable.from_offers(offers), _listing_of(offers) if listing else None
+    return OfferTable.from_offers(offers), {**_listing_of(offers), "offers": offers} if listing else None
 
 
-def _listing_of(offers: Sequence[Offer]) -> dict:
+def _listing_of(offers: Sequence[Offer], *, exact: bool = False) -> dict:
+    """The listing columns of full offers: region and hour_price, and with `exact` the
+    EXACT_COLUMNS of offers read from CSV lines (by offers_io's line parser: at most one price
+    option per unit, all of the offer's own kind, no reserved term)."""
     from rentopt.optimizer.offer_table import code_values
 
-    return {"region": code_values([o.region for o in offers]), "hour_price": code_values([hour_price(o) for o in offers])}
+    found = {"region": code_values([o.region for o in offers]), "hour_price": code_values([hour_price(o) for o in offers])}
+    if not exact:
+        return found
+
+    def text(amount: Decimal | None) -> str | None:
+        return None if amount is None else str(amount)
+
+    for column, unit in PRICE_COLUMNS.items():
+        found[column] = code_values([next((text(p.amount) for p in o.price_options if p.unit == unit), None)
+                                     for o in offers])
+    for column in ("storage_gb_month", "egress_gb", "ingress_gb"):
+        found[column] = code_values([text(getattr(o, column)) for o in offers])
+    found["stopped_max_days"] = code_values([o.stopped_max_days for o in offers])
+    found["source"] = code_values([o.source for o in offers])
+    found["fetched_at"] = code_values([(o.fetched_at.isoformat(), o.fetched_at) for o in offers])
+    found["gpu_extra"] = code_values([(o.extra["gpu_note"], tuple(o.extra["gpu_candidates"])) if o.extra else None
+                                      for o in offers])
+    return found
 
 
 class _Lines:
@@ -362,6 +404,7 @@ class _Reader:
         self.parts: list[tuple[Part, np.ndarray]] = []  # (columns of good lines, their line numbers)
         self.slow: list[tuple[int, int, dict]] = []  # (first line, last line, cells) read by offers_io
         self.memo: dict[tuple, Any] = {}
+        self.texts: dict[str, list[str]] = {}  # a listing's columns: each column's distinct cells
 
     # -- the cells of many good-looking lines, column by column -------------------------------
 
@@ -373,8 +416,10 @@ class _Reader:
         def mapped(name: str, fn: Callable[[str], Any], *, default: Any = None) -> tuple[np.ndarray, list]:
             """Codes and per-distinct results of a column (results _BAD mark the line)."""
             if name not in self.column:
+                self.texts[name] = [""]
                 return np.zeros(n, dtype=np.int32), [fn("") if default is None else default]
             codes, distinct = cells.distinct(self.column[name])
+            self.texts[name] = distinct
             results = [self._cached(name, v, fn) for v in distinct]
             bad = np.array([r is _BAD for r in results], dtype=bool)
             ok[bad[codes]] = False
@@ -389,7 +434,7 @@ class _Reader:
         ok[no_id] = False
         ok[cells.control_rows(self.column["offer_id"])] = False  # the door refuses such an id
         region_c, regions = mapped("region", _plain_text)
-        mapped("source", _plain_text)
+        source_c, sources = mapped("source", _plain_text)
         spot_c, spots = mapped("spot", _boolean)
         gpus_c, gpus = mapped("gpus", _gpus)
         ccy_c, currencies = mapped("currency", _currency)
@@ -481,26 +526,38 @@ class _Reader:
             "free_disk_gb": k(_spread([0.0 if d is _BAD or d is None else d for d in disks], disk_c)),
         }
         if self.listing:
-            hour_c, hours = self._hour_prices(cells, n)
+            hour_c, hours = self._hour_prices(n, {c: prices[c][0] for c in PRICE_COLUMNS})
             columns["region"] = Codes(k(region_c), [None if r is _BAD else (r.strip() or None) for r in regions])
             columns["hour_price"] = Codes(k(hour_c), hours)
+            # the EXACT_COLUMNS (values of bad cells are never read: their lines are not kept)
+            for column, (codes, _) in (*prices.items(), *others.items()):
+                amounts = [_decimal(v, positive=column in PRICE_COLUMNS) for v in self.texts[column]]
+                columns[column] = Codes(k(codes), [None if a is None or a is _BAD else str(a) for a in amounts])
+            columns["stopped_max_days"] = Codes(k(smax_c), [None if d is _BAD else d for d in smax])
+            columns["source"] = Codes(k(source_c), [None if s is _BAD else (s.strip() or self.source) for s in sources])
+            stamps = [self.fetched_at if w is None or w is _BAD else w for w in whens]
+            columns["fetched_at_text"] = Codes(k(when_c), [(w.isoformat(), w) for w in stamps])
+            columns["gpu_extra"] = Codes(k(inverse).astype(np.int32),
+                                         [(m.note, m.candidates) if m is not None and m.status == "default" else None
+                                          for m in matches])
         noted_as = inverse[keep[note_rows]].tolist()  # each noted line's GPU match (one gather, not one per line)
         part = Part(len(keep), columns, {name: pair if every else pair[:, keep] for name, pair in table_prices.items()},
                     extra_notes=dict(zip(note_rows.tolist(), [notes_of[m] for m in noted_as])))
         spans = np.stack([numbers, numbers])[:, keep]
         self.parts.append((part, spans))
 
-    def _hour_prices(self, cells: _ArrowCells, n: int) -> tuple[np.ndarray, list]:
+    def _hour_prices(self, n: int, price_codes: dict[str, np.ndarray]) -> tuple[np.ndarray, list]:
         """Per line, models.hour_price of its offer, exactly, as (codes, values): the price of the
         finest unit the line fills (a CSV line's prices are all of its own kind, none a term), per
-        hour of that unit (a month: the Offer's default 730 hours; a CSV line cannot set it)."""
+        hour of that unit (a month: the Offer's default 730 hours; a CSV line cannot set it).
+        `price_codes`: each price column's codes of its distinct cells (`self.texts`)."""
         values: list = []
         chosen = np.full(n, -1, dtype=np.int64)
         for column in PRICE_COLUMNS:  # hour, day, week, month: finest first
             if column not in self.column:
                 continue
-            codes, distinct = cells.distinct(self.column[column])
-            amounts = [_decimal(v, positive=True) for v in distinct]
+            codes = price_codes[column]
+            amounts = [_decimal(v, positive=True) for v in self.texts[column]]
             per_hour = [None if a is None or a is _BAD else a / _UNIT_HOURS[column] for a in amounts]
             fill = (chosen < 0) & np.array([p is not None for p in per_hour], dtype=bool)[codes]
             chosen[fill] = codes[fill] + len(values)
@@ -547,7 +604,9 @@ class _Reader:
         if slow_offers:
             slow = OfferTable.from_offers(slow_offers).part()
             if self.listing:
-                slow.columns.update({name: Codes(*codes) for name, codes in _listing_of(slow_offers).items()})
+                found = _listing_of(slow_offers, exact=True)
+                found["fetched_at_text"] = found.pop("fetched_at")
+                slow.columns.update({name: Codes(*codes) for name, codes in found.items()})
             parts.append(slow)
             spans.append(np.array(slow_spans, dtype=np.int64).T)
         merged = merge_parts(parts)
@@ -568,9 +627,10 @@ class _Reader:
             return out
 
         table = merged.table(resolve)
-        listed = {c: (merged.columns[c].codes, merged.columns[c].values) for c in ("region", "hour_price")} \
-            if self.listing and parts else {"region": (np.zeros(0, np.int32), []), "hour_price": (np.zeros(0, np.int32), [])} \
-            if self.listing else None
+        listed = {c: (merged.columns[f"{c}_text" if c == "fetched_at" else c].codes,
+                      merged.columns[f"{c}_text" if c == "fetched_at" else c].values)
+                  for c in ("region", "hour_price", *EXACT_COLUMNS)} if self.listing and parts else \
+            {c: (np.zeros(0, np.int32), []) for c in ("region", "hour_price", *EXACT_COLUMNS)} if self.listing else None
         if len(order) and (order != np.arange(len(order))).any():
             table = table.take(order)
             listed = {c: (codes[order], values) for c, (codes, values) in listed.items()} if listed else None
@@ -746,10 +806,10 @@ def _timestamp(value: str) -> Any:
 
 
 class _Match:
-    __slots__ = ("gpu", "status", "memory", "note")
+    __slots__ = ("gpu", "status", "memory", "note", "candidates")
 
-    def __init__(self, gpu: str, status: str, memory: float, note: str):
-        self.gpu, self.status, self.memory, self.note = gpu, status, memory, note
+    def __init__(self, gpu: str, status: str, memory: float, note: str, candidates: tuple[str, ...]):
+        self.gpu, self.status, self.memory, self.note, self.candidates = gpu, status, memory, note, candidates
 
 
 def _gpu_match(raw: Any, memory: Any, form: Any, link: Any) -> Any:
@@ -761,5 +821,5 @@ def _gpu_match(raw: Any, memory: Any, form: Any, link: Any) -> Any:
     match = read_gpu_name(raw, memory, form_factor=form, interconnect=link)
     if match.gpu is None:
         return _BAD  # unknown or ambiguous: offers_io says which (or keeps it with gpu_memory_gb)
-    return _Match(match.gpu, match.status, get_gpu(match.gpu).memory_gb, match.note)
+    return _Match(match.gpu, match.status, get_gpu(match.gpu).memory_gb, match.note, tuple(match.candidates))
 

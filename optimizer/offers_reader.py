@@ -507,12 +507,13 @@ class _Reader:
         note_rows = np.flatnonzero(noted)  # positions among the kept lines
         every = len(keep) == n  # the common case: no copy of each column to drop nothing
         k = (lambda a: a) if every else (lambda a: a[keep])  # noqa: E731
+        gpu_codes = k(inverse).astype(np.int32)  # one array for the three columns of the GPU match
         columns = {
             "provider": Codes(k(p_codes), providers),
             "offer_id": ids if every else take_strings(ids, keep),
-            "gpu": Codes(k(inverse).astype(np.int32), [m.gpu if m else None for m in matches]),
+            "gpu": Codes(gpu_codes, [m.gpu if m else None for m in matches]),
             "gpu_raw": Codes(k(gpu_c), [None if g is _BAD else g for g in gpu_raws]),
-            "gpu_status": Codes(k(inverse).astype(np.int32), status),
+            "gpu_status": Codes(gpu_codes, status),
             "currency": Codes(k(ccy_c), [None if c is _BAD else c for c in currencies]),
             "fetched_at": Codes(k(when_c), [self.fetched_at if w is None or w is _BAD else w for w in whens]),
             "interconnect": Codes(k(link_c), [None if x is _BAD else (x or "unknown") for x in links]),
@@ -537,9 +538,10 @@ class _Reader:
             columns["source"] = Codes(k(source_c), [None if s is _BAD else (s.strip() or self.source) for s in sources])
             stamps = [self.fetched_at if w is None or w is _BAD else w for w in whens]
             columns["fetched_at_text"] = Codes(k(when_c), [(w.isoformat(), w) for w in stamps])
-            columns["gpu_extra"] = Codes(k(inverse).astype(np.int32),
+            columns["gpu_extra"] = Codes(gpu_codes,
                                          [(m.note, m.candidates) if m is not None and m.status == "default" else None
                                           for m in matches])
+        columns = {name: _used_only(c) if isinstance(c, Codes) else c for name, c in columns.items()}
         noted_as = inverse[keep[note_rows]].tolist()  # each noted line's GPU match (one gather, not one per line)
         part = Part(len(keep), columns, {name: pair if every else pair[:, keep] for name, pair in table_prices.items()},
                     extra_notes=dict(zip(note_rows.tolist(), [notes_of[m] for m in noted_as])))
@@ -640,6 +642,18 @@ class _Reader:
 
 
 _MISSING = object()
+
+
+def _used_only(column: Codes) -> Codes:
+    """The column with only the values its rows hold. The cells of lines not kept (a blank line,
+    a line the exact parser reads) are coded with the others; their values (a blank line's
+    refused provider, its currency as None) must not reach the table's categories, which are
+    sorted and listed as they are (the providers of `prices:` lines, `rentopt offers --sort`)."""
+    used = np.bincount(column.codes, minlength=len(column.values)) > 0
+    if used.all():
+        return column
+    remap = (np.cumsum(used) - 1).astype(np.int32)
+    return Codes(remap[column.codes], [v for v, u in zip(column.values, used.tolist()) if u])
 
 
 def _spread(values: list, codes: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ number line by line: Listing.offers) is written from those offers by offers_io's
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -29,11 +30,17 @@ from typing import Any, TextIO
 
 import numpy as np
 from pydantic import TypeAdapter
-
 from rentopt.optimizer.models import Offer, PriceOption
 from rentopt.optimizer.offers_io import (
-    CSV_COLUMNS, CSV_TEXT_COLUMNS, PRICE_COLUMNS, csv_days, csv_number, csv_time, csv_yes_no,
-    write_offers_csv, write_offers_json,
+    CSV_COLUMNS,
+    CSV_TEXT_COLUMNS,
+    PRICE_COLUMNS,
+    csv_days,
+    csv_number,
+    csv_time,
+    csv_yes_no,
+    write_offers_csv,
+    write_offers_json,
 )
 from rentopt.optimizer.offers_reader import Listing
 
@@ -132,7 +139,7 @@ def _numbers(array: np.ndarray, text: Callable[[Any], str]) -> Piece:
         for i, key in enumerate(distinct.tolist()):
             if key not in cache_:
                 value = float(np.int64(key).view(np.float64)) if floats else key
-                cache_[key] = text(None if floats and value != value else value)
+                cache_[key] = text(None if floats and math.isnan(value) else value)
             found[i] = cache_[key]
         return found[inverse.reshape(-1)].tolist()
 
@@ -230,7 +237,8 @@ def _decimal_json(name: str) -> Callable[[Any], str]:
 def _json_ids(table: Any) -> Piece:
     """Offer ids, one per row: one pydantic call writes a chunk of them, one per line (JSON
     text never holds a line end), and the lines are the ids' texts."""
-    many = TypeAdapter(list[Offer.model_fields["offer_id"].annotation])  # type: ignore[name-defined]
+    assert Offer.model_fields["offer_id"].annotation is str
+    many = TypeAdapter(list[str])
 
     def piece(rows: np.ndarray) -> list[str]:
         from rentopt.optimizer.offer_table import values_at

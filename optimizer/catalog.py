@@ -1210,8 +1210,8 @@ def _listing_order(table: OfferTable, hour_price: tuple[Any, list], rows: Any, s
 
 
 # Up to this many rows tied up to the offer id are put in order in Python (a key per row, as
-# sort_offers); more, and the ids are ranked by Arrow instead (a million rows: 3 s and 200 MB of
-# keys in Python).
+# sort_offers); more (a listing of every row), and the ids are ranked by Arrow instead: a key
+# object per row of a large file costs more time and memory than the rest of the listing.
 _TIES_IN_PYTHON = 10_000
 
 

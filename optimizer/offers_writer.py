@@ -12,8 +12,8 @@ Decimal prices, the source, the date as written), mostly as codes of a few disti
 - CSV: each cell as `offers_io.offer_to_csv_row` writes it (its cell functions, text.csv_cell
   for text from outside), once per distinct value; rows go through the same csv.writer.
 
-Rows are written CHUNK at a time, so a 1,000,000-row listing never holds its whole text (about
-1.5 KB of JSON per offer). A file read as full offers (a JSON file, a CSV file Arrow cannot
+Rows are written CHUNK at a time, so a listing of a large file never holds its whole text
+(JSON takes more than a kilobyte per offer). A file read as full offers (a JSON file, a CSV file Arrow cannot
 number line by line: Listing.offers) is written from those offers by offers_io's writers.
 """
 
@@ -44,7 +44,7 @@ from rentopt.optimizer.offers_io import (
 )
 from rentopt.optimizer.offers_reader import Listing
 
-CHUNK = 20_000  # rows per write: about 30 MB of JSON text at a time
+CHUNK = 20_000  # rows per write: few writes, and tens of MB of text at a time at most
 
 
 @dataclass

@@ -8,8 +8,9 @@ and each offer's JSON, tied to the snapshot file by its SHA-256. A quote reads t
 validates only the full offers of the rows it keeps.
 
 A columns file that is missing, damaged or of another snapshot file is not used: `load()`
-gives None and the quote parses the snapshot as it did before (tests/test_bundled.py checks
-that the shipped file is the one `encode` writes for the shipped snapshot).
+gives None and the quote parses the snapshot as it did before (tests/test_bundled.py checks the
+shipped columns against rows read by hand and against the snapshot parsed in full;
+`tools/build_snapshot.py --check` that both files are a fresh build's).
 
 File layout (gzip): one line of JSON, the header, then the columns' bytes one after the other.
 The header: {"format", "snapshot_sha256", "sections": [{"provider", "plugin", "fetched_at",

@@ -48,7 +48,7 @@ from functools import cached_property, lru_cache
 from typing import Literal, NamedTuple
 
 from rentopt.optimizer.currency import FxTable, round_money
-from rentopt.optimizer.models import UNIT_HOURS, Offer, PriceUnit
+from rentopt.optimizer.models import UNIT_HOURS, Offer, PriceUnit, StageKind
 
 __all__ = [
     "Block", "RentalPricing", "IntegerPricing", "Cover", "Terms", "Use", "Line", "StageBill", "Choice", "PlanBill",
@@ -65,7 +65,6 @@ SCALE = SECONDS_PER_HOUR * MICROS  # integer units per currency unit: per-second
 LINE_ROUNDING = 8  # at most this many lines per stage are rounded: what bounds must allow for
 
 Idle = Literal["stop", "destroy", "continue"]
-StageKind = Literal["validate", "idle", "train", "export"]
 
 
 def quantize_money(amount: Decimal) -> Decimal:

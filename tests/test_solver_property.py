@@ -513,7 +513,7 @@ def test_validations_per_key_from_pieces_is_the_sorted_grouping(spot):
 
 def test_shapes_are_coded_alike_whatever_the_size_of_the_codes():
     """Rows of one shape share one code, in the order of their columns' codes, whether the
-    mixed-radix key is small enough to count (_dense) or must be sorted (np.unique)."""
+    mixed-radix key is small enough to count (ties.dense_codes) or must be sorted (np.unique)."""
     import numpy as np
 
     import rentopt.optimizer.ties as ties

@@ -417,13 +417,37 @@ def _checkpointing_order(rungs: list[_Rung], setup: TrainingSetup) -> list[tuple
     return [(r, gc) for gc in (False, True) for r in whole] + [(r, gc) for r in rest for gc in (False, True)]
 
 
+class _Steps:
+    """Each (rung, checkpointing) `_climb` tries on a ladder, in order, with the setup it estimates
+    and that setup's memory. None of it reads the card, so every shape with these GPU counts
+    shares one `_Steps` (`_steps_of`); a step's setup (a pydantic copy) and estimate are made the
+    first time a climb reaches it, so rungs no climb reaches cost nothing."""
+
+    __slots__ = ("model", "runs", "n", "activation_scale", "order", "_made")
+
+    def __init__(self, model: ModelSpec, runs: TrainingSetup, rungs: tuple[_Rung, ...], n: int,
+                 activation_scale: float):
+        self.model, self.runs, self.n, self.activation_scale = model, runs, n, activation_scale
+        self.order = _checkpointing_order(list(rungs), runs)
+        self._made: list[tuple[TrainingSetup, MemoryEstimate] | None] = [None] * len(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def at(self, i: int) -> tuple[TrainingSetup, MemoryEstimate]:
+        made = self._made[i]
+        if made is None:
+            rung, checkpointing = self.order[i]
+            trial = _setup_for(self.runs, rung, self.n, checkpointing)
+            made = self._made[i] = (trial, estimate(self.model, trial, activation_scale=self.activation_scale))
+        return made
+
+
 @lru_cache(maxsize=1024)
-def _trials(runs: TrainingSetup, rungs: tuple[_Rung, ...], n: int) -> tuple[tuple[_Rung, bool, TrainingSetup], ...]:
-    """Each (rung, checkpointing) `_climb` tries, in order, with the setup it estimates: none of
-    it reads the card, so the shapes of every card with these GPU counts share it (each setup
-    is a pydantic copy)."""
-    return tuple((rung, checkpointing, _setup_for(runs, rung, n, checkpointing))
-                 for rung, checkpointing in _checkpointing_order(list(rungs), runs))
+def _steps_of(model: ModelSpec, runs: TrainingSetup, n: int, per_node: int, nodes: int, pins: Pins,
+              activation_scale: float) -> _Steps:
+    """The steps of a shape's ladder (`_Steps`): one lookup per climb, however many rungs it tries."""
+    return _Steps(model, runs, _ladder(model, runs, n, per_node, nodes, pins), n, activation_scale)
 
 
 def _tp_sizes(model: ModelSpec, per_node: int) -> list[int]:
@@ -527,9 +551,9 @@ def _climb(model: ModelSpec, setup: TrainingSetup, runtime: Runtime, shape: Node
     closest: tuple[float, _Rung, MemoryEstimate] | None = None
     needs_nvlink: _Rung | None = None
     host_short: tuple[float, _Rung] | None = None
-    rungs = _ladder(model, runs, n, shape.gpus_per_node, shape.nodes, pins)
-    for rung, checkpointing, trial in _trials(runs, rungs, n):
-        mem = estimate(model, trial, activation_scale=activation_scale)
+    steps = _steps_of(model, runs, n, shape.gpus_per_node, shape.nodes, pins, activation_scale)
+    for i, (rung, checkpointing) in enumerate(steps.order):
+        trial, mem = steps.at(i)
         required = mem.required_gb_per_gpu
         if required > capacity:
             if closest is None or required < closest[0]:

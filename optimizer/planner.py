@@ -126,9 +126,9 @@ class _Planner:
         return found
 
     def speed(self, fit: Fit, gpu: GpuSpec) -> Speed:
-        """The speed model of a training fit, memoised by the GPU and every field of the layout
-        (shapes that differ only in what the speed model does not read give equal layouts)."""
-        key = (gpu, _fields(fit.layout))
+        """The speed model of a training fit, memoised by the GPU and every field of the layout the
+        speed model reads (`_speed_fields`)."""
+        key = (gpu, _speed_fields(fit.layout))
         found = self._speeds.get(key)
         if found is None:
             found = speed_of(self.req.model, self.req.setup, fit.layout, gpu).scaled(self.work.calibration)
@@ -517,10 +517,19 @@ _shape_but_ram = attrgetter(*(f.name for f in fields(NodeShape) if f.name != "ho
 _ANY_RAM = "any"
 
 
-def _fields(layout: Layout) -> tuple:
-    """Every field of `layout` (pydantic keeps them in its __dict__), lists as tuples: a hashable
-    key, equal only for equal layouts."""
-    return tuple([tuple(v) if isinstance(v, list) else v for v in vars(layout).values()])
+# Layout fields the speed model (timing.throughput, job.speed_of) never reads: the GPU's name (the
+# GpuSpec is its own argument), the strategy's name (made of the fields that say it), the memory
+# figures and the notes. Shapes whose layouts differ only there (a provider that does not state
+# the interconnect, a host RAM note, a modded card's memory) share one speed.
+# tests/test_layout_memo.py checks that changing these fields never changes the speed.
+SPEED_IGNORES = frozenset({"gpu", "strategy", "required_gb_per_gpu", "gpu_memory_gb", "notes", "plan_notes"})
+
+
+def _speed_fields(layout: Layout) -> tuple:
+    """The fields of `layout` the speed model reads (pydantic keeps them in its __dict__, in
+    declaration order), lists as tuples: a hashable key, equal only for layouts the speed model
+    cannot tell apart."""
+    return tuple([tuple(v) if isinstance(v, list) else v for k, v in vars(layout).items() if k not in SPEED_IGNORES])
 
 
 def _nan_none(x: float) -> float | None:

@@ -1,15 +1,17 @@
-"""find_layout shares each ladder's steps (setups and memory estimates) between node shapes with
-the same GPU counts (feasibility._steps_of): a search after many others on random shapes must
-give what a search with nothing remembered gives."""
+"""What the layout search and the planner remember between node shapes gives what nothing
+remembered gives: find_layout shares each ladder's steps (setups and memory estimates) between
+shapes with the same GPU counts (feasibility._steps_of), and the planner shares a speed between
+layouts that differ only in fields the speed model does not read (planner._speed_fields)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rentopt.optimizer import feasibility, memory
+from rentopt.optimizer import feasibility, memory, planner
 from rentopt.optimizer.feasibility import Fit, NodeShape, Pins, find_layout
 from rentopt.optimizer.hardware import all_gpus
+from rentopt.optimizer.job import speed_of
 from rentopt.optimizer.models import TrainingSetup
 from rentopt.optimizer.workload import resolve_model
 
@@ -55,3 +57,19 @@ def test_shared_steps_give_the_answer_of_a_search_with_nothing_remembered(calls)
     for (m, s, sh, p, a), got in zip(calls, remembered):
         _forget()
         assert got == _answer(find_layout(m, s, sh, pins=p, activation_scale=a))
+
+
+@settings(max_examples=60, deadline=None)
+@given(searches, st.sampled_from(["elsewhere", "X-1GB"]), st.floats(0.1, 500), st.floats(0.1, 500),
+       st.lists(st.sampled_from(["a note", "interconnect not stated by the provider: treated as PCIe"]), max_size=2))
+def test_the_speed_model_reads_none_of_the_fields_its_memo_ignores(search, name, required, memory_gb, notes):
+    """The planner memoises speeds by the layout's fields but SPEED_IGNORES (planner._speed_fields):
+    layouts that differ only there must have the same speed."""
+    model, setup, shape, pins, scale = search
+    fit = find_layout(model, setup, shape, pins=pins, activation_scale=scale)
+    if not isinstance(fit, Fit) or not setup.trains:
+        return
+    changed = fit.layout.model_copy(update={"gpu": name, "strategy": name, "required_gb_per_gpu": required,
+                                            "gpu_memory_gb": memory_gb, "notes": notes, "plan_notes": notes[:1]})
+    assert planner._speed_fields(changed) == planner._speed_fields(fit.layout)
+    assert speed_of(model, setup, changed, shape.gpu) == speed_of(model, setup, fit.layout, shape.gpu)

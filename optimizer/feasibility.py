@@ -423,7 +423,7 @@ class _Steps:
     shares one `_Steps` (`_steps_of`); a step's setup (a pydantic copy) and estimate are made the
     first time a climb reaches it, so rungs no climb reaches cost nothing."""
 
-    __slots__ = ("model", "runs", "n", "activation_scale", "order", "_made")
+    __slots__ = ("_made", "activation_scale", "model", "n", "order", "runs")
 
     def __init__(self, model: ModelSpec, runs: TrainingSetup, rungs: tuple[_Rung, ...], n: int,
                  activation_scale: float):

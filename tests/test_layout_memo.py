@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from rentopt.optimizer import feasibility, memory, planner
 from rentopt.optimizer.feasibility import Fit, NodeShape, Pins, find_layout
 from rentopt.optimizer.hardware import all_gpus

@@ -32,6 +32,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from rentopt import __version__
 from rentopt.optimizer.catalog import OfferSet, TableColumns, load_offers, open_history
 from rentopt.optimizer.charts import PALETTE, Bar, bar_chart, bar_scale, line_chart, scale_words
@@ -39,10 +41,11 @@ from rentopt.optimizer.currency import FxTable, round_money
 from rentopt.optimizer.errors import InputError, NoFeasiblePlan
 from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.models import FxRate, GpuSpec, ModelSpec, Offer, Origin, Plan, PlanStage, PriceUnit, TrainingSetup
-from rentopt.optimizer.models import UNIT_ORDER, age_words, hour_price
+from rentopt.optimizer.models import UNIT_HOURS, UNIT_ORDER, age_words, hour_price
 from rentopt.optimizer.offers_io import money as unit_price
 from rentopt.optimizer.job import QuoteRequest, gpu_name_notes, parse_gpu_filter
 from rentopt.optimizer.planner import build_quote
+from rentopt.optimizer.offer_table import OfferTable
 from rentopt.optimizer.render import cost_text, money, number
 from rentopt.optimizer.store import OfferQuery
 from rentopt.optimizer.text import escape_html as esc
@@ -379,33 +382,44 @@ class Report:
 
 
 def build_report(request: ReportRequest, fx: FxTable) -> Report:
-    """Everything the report shows, from the store read-only (or the bundled snapshot)."""
+    """Everything the report shows, from the store read-only (or the bundled snapshot).
+
+    The offers are read as planning columns (`load_offers(lazy=True)`, as the quote reads them):
+    full offers are built only for the rows the report shows, the candidates for each price
+    cell's cheapest (`gather_prices_table`) and the offers of the plans."""
     currency = fx.rate(request.currency).currency  # an unknown currency fails before any work
     now = request.now or datetime.now(timezone.utc)
     query = OfferQuery(gpus=request.gpus or None, min_gpu_memory_gb=request.min_gpu_memory_gb)
-    offers = load_offers(list(request.providers) if request.providers else None, query=query)
+    offers = load_offers(list(request.providers) if request.providers else None, query=query, lazy=True)
+    table = offers.table()
     notes = list(request.gpu_notes) + list(offers.notes)
-    filter_text = ""
+    filter_text, kept = "", set()
     if request.filtered:
-        filter_text, kept = _apply_filters(offers, request)
-        offers = replace(offers, offers=[o for o in offers.offers if o.provider in kept],
-                         provenance={p: v for p, v in offers.provenance.items() if p in kept})
-    if left_out := sorted({o.currency for o in offers.offers if not fx.knows(o.currency)}):
+        filter_text, kept = _apply_filters(offers, table, request)
+        offers = replace(offers, provenance={p: v for p, v in offers.provenance.items() if p in kept})
+    provider_codes, provider_names = table.category("provider")
+    currency_codes, currencies = table.category("currency")
+    in_kept = np.isin(provider_codes, [i for i, p in enumerate(provider_names) if p in kept]) if request.filtered \
+        else np.ones(table.n, dtype=bool)
+    used = _used(currency_codes[in_kept], currencies)
+    if left_out := sorted({c for c in used if not fx.knows(c)}):
         notes.append(f"offers priced in {', '.join(left_out)} are left out: no exchange rate; add one with "
                      f"--fx {left_out[0]}=UNITS_PER_USD")
-    offers = replace(offers, offers=[o for o in offers.offers if fx.knows(o.currency)])
-    priced = [(o.currency, o.fetched_at) for o in offers.offers]
+    known = np.array([fx.knows(c) for c in currencies] or [False])
+    table = table.take(in_kept & known[currency_codes])
+    priced = _price_days(table)
     notes += fx.old_rate_warnings(priced, currency)
     providers = sorted(offers.provenance)
-    facts = _store_facts(offers, providers, request, now, fx, currency) if offers.origin != "offers-file" \
-        else _bundled_facts(offers)
-    prices, unlisted = gather_prices(offers.offers, fx, currency)
+    rows = _RowFacts.of(table)
+    facts = _store_facts(offers, rows, providers, request, now, fx, currency) if offers.origin != "offers-file" \
+        else _bundled_facts(offers, rows)
+    prices, unlisted = gather_prices_table(table, fx, currency)
     if unlisted:
         notes.append(f"GPU ids not in this rentopt's catalog are left out of the GPU tables: {', '.join(unlisted)} "
                      "(the store was written by another version; `rentopt refresh` rewrites it)")
     workloads = list(reference_workloads())
     workloads += [w for w in request.workloads if w.key not in {r.key for r in workloads}]
-    planning = replace(offers, offers=[], columns=TableColumns(offers.table()))  # one offer table for every plan
+    planning = replace(offers, offers=[], columns=TableColumns(table))  # one offer table for every plan
     alone = _Alone(planning)
     return Report(
         generated_at=now, origin=offers.origin, label=offers.label, currency=currency,
@@ -417,11 +431,27 @@ def build_report(request: ReportRequest, fx: FxTable) -> Report:
     )
 
 
-def _apply_filters(offers: OfferSet, request: ReportRequest) -> tuple[str, set[str]]:
+def _used(codes: np.ndarray, values: list) -> list:
+    """The values of a coded column some row holds (a filtered table keeps its parent's values)."""
+    return [values[i] for i in np.unique(codes).tolist()]
+
+
+def _price_days(table: OfferTable) -> list[tuple[str, datetime]]:
+    """Each distinct (currency, fetched_at) of the table's rows: what the exchange rates are chosen by."""
+    currency_codes, currencies = table.category("currency")
+    day_codes, days = table.category("fetched_at")
+    pairs = np.unique(currency_codes.astype(np.int64) * max(len(days), 1) + day_codes)
+    return [(currencies[p // max(len(days), 1)], days[p % max(len(days), 1)]) for p in pairs.tolist()]
+
+
+def _apply_filters(offers: OfferSet, table: OfferTable, request: ReportRequest) -> tuple[str, set[str]]:
     """The filters' sentence for the header: what they keep and which providers have nothing left
     (those drop out of the report), and the providers kept. Nothing left at all is the user's to
     loosen: an input error."""
-    kept = sorted({o.provider for o in offers.offers if o.gpu})
+    gpu_codes, gpus = table.category("gpu")
+    provider_codes, provider_names = table.category("provider")
+    with_gpu = np.array([bool(g) for g in gpus] or [False])[gpu_codes]
+    kept = sorted(_used(provider_codes[with_gpu], provider_names))
     if not kept:
         flags = (f" --gpu {','.join(request.gpus)}" if request.gpus else "") + \
             (f" --min-gpu-memory {request.min_gpu_memory_gb:g}" if request.min_gpu_memory_gb is not None else "")
@@ -429,10 +459,38 @@ def _apply_filters(offers: OfferSet, request: ReportRequest) -> tuple[str, set[s
         raise InputError(f"no offer of the {where} matches{flags}; `rentopt offers{flags}` lists what "
                          "matches, `rentopt gpus` every GPU id")
     left = sorted(set(offers.provenance) - set(kept))
-    matched = sum(1 for o in offers.offers if o.gpu)
+    matched = int(with_gpu.sum())
     text = (f"{request.filter_words()}: {matched} offer{'' if matched == 1 else 's'} from {len(kept)} "
             f"provider{'' if len(kept) == 1 else 's'}")
     return text + (f"; left out, with no such offer: {', '.join(left)}." if left else "."), set(kept)
+
+
+@dataclass
+class _RowFacts:
+    """What freshness and history need of the offers, per provider, read off the table's columns."""
+
+    oldest: dict[str, datetime]  # when its oldest price was read
+    unknown_gpus: dict[str, set[str]]  # the GPU names of its offers the catalog did not know
+    gpus: list[str]  # every GPU id of the offers, sorted
+
+    @classmethod
+    def of(cls, table: OfferTable) -> _RowFacts:
+        provider_codes, providers = table.category("provider")
+        day_codes, days = table.category("fetched_at")
+        gpu_codes, gpus = table.category("gpu")
+        raw_codes, raws = table.category("gpu_raw")
+        oldest: dict[str, datetime] = {}
+        width = max(len(days), 1)
+        for pair in np.unique(provider_codes.astype(np.int64) * width + day_codes).tolist():
+            p, when = providers[pair // width], days[pair % width]
+            if p not in oldest or when < oldest[p]:
+                oldest[p] = when
+        unknown: dict[str, set[str]] = defaultdict(set)
+        no_gpu = np.array([g is None for g in gpus] or [False])[gpu_codes]
+        width = max(len(raws), 1)
+        for pair in np.unique(provider_codes[no_gpu].astype(np.int64) * width + raw_codes[no_gpu]).tolist():
+            unknown[providers[pair // width]].add(raws[pair % width])
+        return cls(oldest, unknown, sorted({g for g in _used(gpu_codes, gpus) if g}))
 
 
 @dataclass
@@ -445,15 +503,11 @@ class _Facts:
     history_note: str | None = None
 
 
-def _store_facts(offers: OfferSet, providers: list[str], request: ReportRequest, now: datetime, fx: FxTable,
-                 currency: str) -> _Facts:
+def _store_facts(offers: OfferSet, rows: _RowFacts, providers: list[str], request: ReportRequest, now: datetime,
+                 fx: FxTable, currency: str) -> _Facts:
     """Freshness and history, each provider's from where its offers came (catalog.open_history):
     the price store's snapshots, or the bundled snapshot's published history."""
-    oldest = _oldest_prices(offers)
-    unknown: dict[str, set[str]] = defaultdict(set)
-    for o in offers.offers:
-        if o.gpu is None:
-            unknown[o.provider].add(o.gpu_raw)
+    oldest, unknown = rows.oldest, rows.unknown_gpus
     with open_history(offers) as history:
         states = history.states()
         summaries = {p: history.snapshot_summaries(p) for p in providers}
@@ -477,8 +531,7 @@ def _store_facts(offers: OfferSet, providers: list[str], request: ReportRequest,
         previous = {p: [row["fetched_at"] for row in rows[-2:]] for p, rows in summaries.items()}
         window_start = now - request.since
         start = min([window_start] + [t[0] for t in previous.values() if t])
-        gpus = sorted({o.gpu for o in offers.offers if o.gpu})
-        points = {g: [h for h in history.price_history(g, since=start) if h.provider in providers] for g in gpus}
+        points = {g: [h for h in history.price_history(g, since=start) if h.provider in providers] for g in rows.gpus}
     by_key = history_points_by_key(points, fx, currency)
     # A bundled provider's history is its published catalogs': the window ends at its own last one.
     series: dict[str, list[HistorySeries]] = defaultdict(list)
@@ -499,32 +552,17 @@ def _store_facts(offers: OfferSet, providers: list[str], request: ReportRequest,
     return _Facts(freshness, dict(series), price_moves(by_key, previous), note)
 
 
-def _bundled_facts(offers: OfferSet) -> _Facts:
+def _bundled_facts(offers: OfferSet, rows: _RowFacts) -> _Facts:
     note = ("History starts with the first `rentopt refresh`: these prices come from the snapshot bundled with "
             "rentopt, which has no history.")
-    return _Facts(_bundled_freshness(offers), history_note=note)
+    return _Facts(_bundled_freshness(offers, rows), history_note=note)
 
 
-def _oldest_prices(offers: OfferSet) -> dict[str, datetime]:
-    """Per provider, when its oldest price was read. A price sheet dates each price by when it was
-    checked, which can be well before the refresh that stored it."""
-    oldest: dict[str, datetime] = {}
-    for o in offers.offers:
-        if o.provider not in oldest or o.fetched_at < oldest[o.provider]:
-            oldest[o.provider] = o.fetched_at
-    return oldest
-
-
-def _bundled_freshness(offers: OfferSet) -> list[Freshness]:
-    oldest = _oldest_prices(offers)
-    unknown: dict[str, set[str]] = defaultdict(set)
-    for o in offers.offers:
-        if o.gpu is None:
-            unknown[o.provider].add(o.gpu_raw)
+def _bundled_freshness(offers: OfferSet, rows: _RowFacts) -> list[Freshness]:
     return [
         Freshness(provider=p.provider, origin=f"bundled snapshot of {p.fetched_at:%Y-%m-%d}", offers=p.offers,
-                  fetched_at=oldest.get(p.provider, p.fetched_at), last_success_at=None, stale=False,
-                  last_error=None, last_error_at=None, unknown_gpus=tuple(sorted(unknown[p.provider])))
+                  fetched_at=rows.oldest.get(p.provider, p.fetched_at), last_success_at=None, stale=False,
+                  last_error=None, last_error_at=None, unknown_gpus=tuple(sorted(rows.unknown_gpus[p.provider])))
         for p in sorted(offers.provenance.values(), key=lambda p: p.provider)
     ]
 
@@ -581,6 +619,91 @@ def gather_prices(offers: Iterable[Offer], fx: FxTable, currency: str) -> tuple[
     # Biggest memory first, then name: the order people scan a GPU list in.
     prices = sorted((g for g in table.values() if g.on_demand or g.spot), key=lambda g: (-g.spec.memory_gb, g.spec.id))
     return prices, sorted(unlisted)
+
+
+# How close to its cell's cheapest estimate a row's own estimate must be for its exact price to
+# be read. An estimate is a few float operations (unit hours, GPUs, the exchange rate) on prices
+# read from their decimals, each off by at most a few parts in 1e16; one part in 1e9 keeps every
+# row whose exact price can be the cell's cheapest, or tie with it.
+ESTIMATE_TOLERANCE = 1e-9
+
+
+def gather_prices_table(table: OfferTable, fx: FxTable, currency: str) -> tuple[list[GpuPrices], list[str]]:
+    """`gather_prices` over a table's rows, building full offers only for the few rows that can
+    be a cell's cheapest (`price_candidates`): the cells, their exact prices and tie-breaks are
+    `gather_prices`'s own, worked out on those offers."""
+    candidates, unlisted = price_candidates(table, fx, currency)
+    prices, _ = gather_prices(table.offers(candidates.tolist()), fx, currency)
+    return prices, unlisted
+
+
+def price_candidates(table: OfferTable, fx: FxTable, currency: str,
+                     tolerance: float = ESTIMATE_TOLERANCE) -> tuple[np.ndarray, list[str]]:
+    """The rows (in table order) whose price per GPU-hour can be the cheapest of its cell (GPU x
+    provider, on-demand or spot), and the GPU ids the catalog does not have.
+
+    Each row's price per GPU-hour in `currency` is estimated in floats from the table's columns,
+    exactly as `gather_prices` works it out in decimals (`hour_price` for the offer's kind,
+    `interruptible_hour_price` for spot, per GPU, converted at the rate of the price's day);
+    a row is a candidate when its estimate is within `tolerance` (relative) of its cell's
+    cheapest. A row whose estimate is not a number stays a candidate: it is never dropped unseen.
+    """
+    gpu_codes, gpus = table.category("gpu")
+    provider_codes, providers = table.category("provider")
+    unlisted = set()
+    listed = np.zeros(max(len(gpus), 1), dtype=bool)
+    for i in np.unique(gpu_codes).tolist():
+        if gpus[i] is None:
+            continue
+        try:
+            get_gpu(gpus[i])
+            listed[i] = True
+        except KeyError:
+            unlisted.add(gpus[i])
+    if not table.n:
+        return np.zeros(0, dtype=np.int64), sorted(unlisted)
+    per_gpu = _fx_factors(table, fx, currency) / np.asarray(table.gpus, dtype=np.float64)
+    # A spot offer has only interruptible options (models.Offer), so an offer is in a cell of a
+    # kind when it has an option of that kind, priced by those options (`hour_price`,
+    # `interruptible_hour_price`).
+    cell_key = gpu_codes.astype(np.int64) * max(len(providers), 1) + provider_codes
+    chosen = np.zeros(table.n, dtype=bool)
+    for kind in (0, 1):
+        rows = np.flatnonzero(table.has_kind(kind) & listed[gpu_codes])
+        if not len(rows):
+            continue
+        estimate = _node_hour_estimate(table, kind)[rows] * per_gpu[rows]
+        keys, cell = np.unique(cell_key[rows], return_inverse=True)
+        cheapest = np.full(len(keys), np.inf)
+        np.fmin.at(cheapest, cell, estimate)
+        chosen[rows[~(estimate > cheapest[cell] * (1 + tolerance))]] = True
+    return np.flatnonzero(chosen), sorted(unlisted)
+
+
+def _node_hour_estimate(table: OfferTable, kind: int) -> np.ndarray:
+    """Per row, `hour_price` of the options of `kind` in floats: the finest unit sold (hour, day,
+    week, month, then a reserved term), per hour; NaN for a row with no option of that kind."""
+    estimate = np.array(table.hourly[kind], dtype=np.float64)
+    month_hours = np.asarray(table.month_hours, dtype=np.float64)
+    for column, hours in ((table.day, UNIT_HOURS[PriceUnit.DAY]), (table.week, UNIT_HOURS[PriceUnit.WEEK]),
+                          (table.month, month_hours)):
+        fill = np.isnan(estimate) & ~np.isnan(column[kind])
+        estimate[fill] = (column[kind] / hours)[fill]
+    for (k, row), terms in table.terms.items():
+        if k == kind and math.isnan(estimate[row]):
+            estimate[row] = min(price / (hours or 1) for hours, price in terms)
+    return estimate
+
+
+def _fx_factors(table: OfferTable, fx: FxTable, currency: str) -> np.ndarray:
+    """Per row, what one unit of its currency is in `currency` at the rate of its price's day."""
+    currency_codes, currencies = table.category("currency")
+    day_codes, days = table.category("fetched_at")
+    width = max(len(days), 1)
+    pairs, inverse = np.unique(currency_codes.astype(np.int64) * width + day_codes, return_inverse=True)
+    factors = [float(fx.convert(Decimal(1), currencies[p // width], currency, on=days[p % width]))
+               for p in pairs.tolist()]
+    return np.array(factors, dtype=np.float64)[inverse.reshape(-1)]
 
 
 def pick_chart_gpus(prices: Sequence[GpuPrices], limit: int = CHART_GPUS) -> list[str]:

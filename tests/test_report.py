@@ -33,6 +33,7 @@ import pytest
 from click.testing import CliRunner
 
 import rentopt.providers.base as base
+from rentopt.optimizer.catalog import load_offers
 from rentopt.optimizer.cli import cli
 from rentopt.optimizer.currency import EcbHistory, FxTable
 from rentopt.optimizer.errors import InputError
@@ -42,6 +43,7 @@ from rentopt.optimizer.report import (
     SECTIONS,
     ReportRequest,
     build_report,
+    gather_prices,
     md,
     parse_since,
     parse_workload,
@@ -213,6 +215,16 @@ def test_cheapest_prices_match_the_offers_in_the_store(built):
     # "NVIDIA H100 80GB HBM3": communitySpotPrice 1.49, secureSpotPrice 1.75 per GPU-hour.
     (runpod,) = md_rows(text, ("H100-SXM-80GB", "80", "989.4 BF16", "runpod"))
     assert runpod[7] == "1.49"
+
+
+def test_price_cells_are_the_row_by_row_cheapest_of_every_full_offer(built, home):
+    # The report finds each cell on the store's planning columns and reads only the candidates'
+    # full offers; here every offer is read in full and walked row by row (gather_prices).
+    fx = FxTable.load(histories=[ECB_OCT_30])
+    offers = [o for o in load_offers().offers if fx.knows(o.currency)]
+    expected, _ = gather_prices(offers, fx, "USD")
+    assert len(expected) > 10
+    assert built[0].prices == expected
 
 
 def test_freshness_names_the_stale_provider_its_error_and_unknown_gpus(built, home):

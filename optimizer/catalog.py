@@ -648,8 +648,25 @@ def _from_offers_file(path: Path, query: OfferQuery, requested: list[str] | None
     provenance = {}
     for name in sorted({o.provider for o in everything}):
         mine = [o for o in everything if o.provider == name]
-        provenance[name] = Provenance(name, min(o.fetched_at for o in mine), str(path), len(mine), origin="offers-file")
-    return OfferSet(offers, "offers-file", provenance, _oldest(offers), f"offers file {path}")
+        # the provider's weakest dating, and its oldest date (date_rank): one price of unknown
+        # date makes the provider's date unknown, as the oldest price dates a dated one
+        weakest = min(mine, key=lambda o: date_rank(o.dated_by, o.fetched_at))
+        provenance[name] = Provenance(name, weakest.fetched_at, str(path), len(mine), origin="offers-file",
+                                      dated_by=weakest.dated_by)
+    return _file_set(offers, provenance, _oldest(offers), path)
+
+
+def _file_set(offers: list[Offer], provenance: dict[str, Provenance], oldest: datetime | None, path: Path,
+              **more: Any) -> OfferSet:
+    """An offers file's OfferSet: its label names the providers of unknown date or dated by file
+    time, and its date is the oldest KNOWN one (as `load_offers` has them)."""
+    label = f"offers file {path}"
+    for what, basis in (("date unknown", "unknown"), ("dated by file time", "file-time")):
+        if names := sorted(p.provider for p in provenance.values() if p.dated_by == basis):
+            label += f"; {what}: {', '.join(names)}"
+    if oldest == UNKNOWN_DATE:
+        oldest = min((p.known_date for p in provenance.values() if p.known_date), default=None)
+    return OfferSet(offers, "offers-file", provenance, oldest, label, **more)
 
 
 def _table_from_offers_file(path: Path, query: OfferQuery, requested: list[str] | None) -> OfferSet:
@@ -659,12 +676,13 @@ def _table_from_offers_file(path: Path, query: OfferQuery, requested: list[str] 
     whole = read_offers_table(path)
     provenance = _file_provenance(whole, path, requested)
     mine = TableColumns(_matching(whole, query))
-    return OfferSet([], "offers-file", provenance, mine.oldest(), f"offers file {path}", columns=mine)
+    return _file_set([], provenance, mine.oldest(), path, columns=mine)
 
 
 def _file_provenance(whole: OfferTable, path: Path, requested: list[str] | None) -> dict[str, Provenance]:
     """Per provider of an offers file read as a table, its Provenance (as `_from_offers_file`
-    has it: its offers' oldest date, how many); an unknown requested provider is refused."""
+    has it: its offers' oldest date, how many; of unknown date when one of its prices is, whose
+    date in the table is UNKNOWN_DATE); an unknown requested provider is refused."""
     import numpy as np
 
     p_codes, names = whole.category("provider")
@@ -678,7 +696,8 @@ def _file_provenance(whole: OfferTable, path: Path, requested: list[str] | None)
         name, when = names[int(pair) // (len(whens) + 1)], whens[int(pair) % (len(whens) + 1)]
         oldest[name] = min(when, oldest.get(name, when))
     for i, name in sorted(enumerate(names), key=lambda x: x[1]):
-        provenance[name] = Provenance(name, oldest[name], str(path), int(counts[i]), origin="offers-file")
+        provenance[name] = Provenance(name, oldest[name], str(path), int(counts[i]), origin="offers-file",
+                                      dated_by="unknown" if oldest[name] == UNKNOWN_DATE else "published")
     return provenance
 
 
@@ -1016,7 +1035,7 @@ def export_snapshot(description: str = "", now: datetime | None = None) -> Snaps
                        for h in store.history_snapshots(state.name)]
             sections.append(SnapshotProvider(provider=state.name, plugin=state.plugin or state.name,
                                              fetched_at=state.fetched_at, source=state.source or "",  # type: ignore[arg-type]
-                                             offers=offers, history=history,
+                                             offers=offers, history=history, dated_by=state.dated_by,  # type: ignore[arg-type]
                                              note="stale: the last refresh failed" if state.stale else ""))
     return SnapshotFile(format=SNAPSHOT_FORMAT, created_at=now or datetime.now(timezone.utc),
                         description=description or f"exported from {store_path()}", providers=sections)
@@ -1118,11 +1137,11 @@ def _list_offers_file(path: Path, query: OfferQuery, sort: SortKey, limit: int |
     listed = ListedRows(listing, shown, reasons, suspect_only=suspect)
     if objects:
         offers = listed.offers()
-        found = OfferSet(offers, "offers-file", provenance, _oldest(offers), f"offers file {path}")
+        found = _file_set(offers, provenance, _oldest(offers), path)
     else:
         when_codes, whens = whole.category("fetched_at")
         oldest = min((whens[c] for c in np.unique(when_codes[shown]).tolist()), default=None)
-        found = OfferSet([], "offers-file", provenance, oldest, f"offers file {path}", listed=listed)
+        found = _file_set([], provenance, oldest, path, listed=listed)
     if not len(rows):
         found.empty_reason = _why_empty(found, query, suspect)
     _say_cut(found, len(rows))

@@ -16,7 +16,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_serializer, field_validator, model_validator
 
 # --------------------------------------------------------------------------------------------
 # Hardware
@@ -467,6 +467,11 @@ Interconnect = Literal["nvlink", "pcie", "unknown"]
 # for a fresh one.
 DateBasis = Literal["published", "file-time", "unknown"]
 UNKNOWN_DATE = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# The serialization context under which an Offer's JSON writes an unknown date as null: offers
+# files (`rentopt offers --format json`), where a script reads the date. The store and snapshot
+# files keep UNKNOWN_DATE beside `dated_by` (their readers predate null).
+OFFERS_FILE = "offers_file"
+_DATE_TEXT = TypeAdapter(datetime)
 # Which dating wins when two sets of prices of one provider meet: a stronger basis, then the
 # newer date. An import never replaces prices of a stronger basis, or of a newer date.
 DATE_STRENGTH: dict[str, int] = {"unknown": 0, "file-time": 1, "published": 2}
@@ -549,10 +554,25 @@ class Offer(BaseModel):
     price_locked: bool = False  # price fixed at order time until destroy (NexGPU)
     max_duration_hours: float | None = Field(None, gt=0)
     currency: str = Field(pattern=r"^[A-Z]{3}$")
-    fetched_at: datetime
+    fetched_at: datetime  # an offers file's null (unknown) reads as UNKNOWN_DATE: _no_date
     source: str
     dated_by: DateBasis = "published"  # how fetched_at is known (DateBasis)
     extra: dict[str, Any] = {}
+
+    @field_validator("fetched_at", mode="wrap")
+    @classmethod
+    def _no_date(cls, v: Any, read: Any) -> datetime:
+        """`"fetched_at": null` is how an offers file writes an unknown date: UNKNOWN_DATE, and
+        `dated_by` "unknown" (below). A JSON text is read as pydantic reads a datetime from JSON
+        (the text reaches this validator as a Python str, which strict validation would refuse)."""
+        if v is None:
+            return UNKNOWN_DATE
+        if isinstance(v, str):
+            try:
+                v = _DATE_TEXT.validate_strings(v, strict=True)
+            except ValidationError as exc:
+                raise ValueError(exc.errors()[0].get("msg", "not a date and time")) from None
+        return read(v)
 
     @field_validator("fetched_at")
     @classmethod
@@ -567,7 +587,18 @@ class Offer(BaseModel):
             raise ValueError("a spot offer has only interruptible price options")
         if self.dated_by == "unknown" and self.fetched_at != UNKNOWN_DATE:
             self.fetched_at = UNKNOWN_DATE  # no date at all, never the day it was read
+        elif self.fetched_at == UNKNOWN_DATE and self.dated_by != "unknown":
+            # UNKNOWN_DATE is rentopt's own mark of an unknown date (files written before offers
+            # files said "unknown"): no price was read at the epoch's first second
+            self.dated_by = "unknown"
         return self
+
+    @field_serializer("fetched_at", mode="wrap", when_used="json")
+    def _date_out(self, when: datetime, write: Any, info: Any) -> Any:
+        """In an offers file (context OFFERS_FILE), an unknown date is written as null."""
+        if self.dated_by == "unknown" and info.context and info.context.get(OFFERS_FILE):
+            return None
+        return write(when)
 
     @property
     def key(self) -> tuple[str, str]:

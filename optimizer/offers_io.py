@@ -17,7 +17,9 @@ gpu_memory_gb, fetched_at and source. `gpu` is a catalog id or any name `rentopt
 its memory comes from the catalog unless gpu_memory_gb says otherwise. A bare name several cards
 share reads as the usual variant (H100 and H200 as SXM, `rentopt gpus --names`), narrowed first by
 gpu_memory_gb, form_factor (SXM|PCIe|NVL|OAM) and interconnect; the offer's extra.gpu_note says so.
-fetched_at defaults to the file's modification time and source to the file's path.
+fetched_at defaults to the file's modification time and source to the file's path; `unknown`
+says nobody knows the date (`--format csv` writes it for such a price; JSON writes null beside
+`"dated_by": "unknown"`), and the price then reads as of unknown date, never as the file's time.
 
 Prices follow the project rule (models.py): a compute price of 0 is an error, never "free";
 leave the cell empty when unknown. Storage and transfer prices of 0 are taken as written (free),
@@ -41,7 +43,7 @@ from typing import Any, TextIO
 from pydantic import TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import OffersFileError
-from rentopt.optimizer.models import GpuMatch, Offer, PriceOption, PriceUnit, hour_price
+from rentopt.optimizer.models import OFFERS_FILE, UNKNOWN_DATE, GpuMatch, Offer, PriceOption, PriceUnit, hour_price
 from rentopt.optimizer.row_check import MAX_TERM_HOURS, OFFER_LIMITS, RowCheck  # noqa: F401 (offers_reader reads them here)
 from rentopt.optimizer.sanity import PriceBands, UnknownCurrency
 
@@ -56,6 +58,8 @@ CSV_COLUMNS = ("provider", "offer_id", "gpu", "gpus", "price_hour", "price_day",
                "currency", "storage_gb_month", "egress_gb", "ingress_gb", "interconnect", "region", "spot",
                "max_days", "stopped_bills", "stopped_max_days", "free_disk_gb", "gpu_memory_gb", "fetched_at",
                "source")
+# The fetched_at cell of a price whose date nobody knows (an empty cell is the file's time).
+UNKNOWN_DATE_CELL = "unknown"
 # The CSV columns that hold text from outside (the others are numbers or rentopt's own words).
 CSV_TEXT_COLUMNS = frozenset({"provider", "offer_id", "gpu", "currency", "region", "source"})
 STOPPED_BILLS = ("storage", "everything", "nothing")
@@ -299,10 +303,13 @@ class _Row:
         value = self.text(column)
         if value is None:
             return None
+        if value.lower() == UNKNOWN_DATE_CELL:
+            return UNKNOWN_DATE  # the Offer is then dated_by "unknown"
         try:
             when = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            raise self.error(column, f"{value!r} is not an ISO 8601 time such as 2026-11-28T06:00:00Z") from None
+            raise self.error(column, f"{value!r} is not an ISO 8601 time such as 2026-11-28T06:00:00Z "
+                                     f"(or {UNKNOWN_DATE_CELL} when nobody knows it)") from None
         if when.tzinfo is None:
             raise self.error(column, f"{value!r} needs a timezone, e.g. 2026-11-28T06:00:00Z")
         return when
@@ -408,8 +415,9 @@ def check_unique(offers: Iterable[Offer], name: str) -> None:
 
 
 def write_offers_json(offers: Sequence[Offer], fp: TextIO) -> None:
-    """The offers as a JSON list of Offer objects (readable by `read_offers_file`)."""
-    fp.write(_OFFER_LIST.dump_json(list(offers), indent=2).decode("utf-8"))
+    """The offers as a JSON list of Offer objects (readable by `read_offers_file`); an unknown
+    date is null."""
+    fp.write(_OFFER_LIST.dump_json(list(offers), indent=2, context={OFFERS_FILE: True}).decode("utf-8"))
     fp.write("\n")
 
 
@@ -447,7 +455,7 @@ def offer_to_csv_row(offer: Offer) -> dict[str, str] | None:
         "gpus": str(offer.gpus), "currency": offer.currency, "interconnect": offer.interconnect,
         "region": offer.region or "", "spot": csv_yes_no(offer.spot),
         "gpu_memory_gb": repr(offer.gpu_memory_gb),
-        "fetched_at": csv_time(offer.fetched_at),
+        "fetched_at": csv_date(offer.fetched_at),
         "source": offer.source,
     }
     row.update({k: str(v) for k, v in prices.items()})
@@ -475,6 +483,16 @@ def csv_time(when: datetime) -> str:
     '2026-11-28T06:00:00Z'
     """
     return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def csv_date(when: datetime) -> str:
+    """A price's fetched_at cell: `unknown` for UNKNOWN_DATE (an Offer of unknown date holds it,
+    and only such an Offer), else csv_time.
+
+    >>> csv_date(UNKNOWN_DATE), csv_date(datetime(2026, 5, 20, tzinfo=timezone.utc))
+    ('unknown', '2026-05-20T00:00:00Z')
+    """
+    return UNKNOWN_DATE_CELL if when == UNKNOWN_DATE else csv_time(when)
 
 
 def csv_days(hours: float | None) -> str:

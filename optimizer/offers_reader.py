@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from rentopt.optimizer.errors import OffersFileError
-from rentopt.optimizer.models import Offer, hour_price
+from rentopt.optimizer.models import UNKNOWN_DATE, Offer, hour_price
 from rentopt.optimizer.offer_table import (
     Codes, OfferTable, Part, Texts, constant, merge_parts, take_strings,
 )
@@ -810,6 +810,8 @@ def _timestamp(value: str) -> Any:
     v = value.strip()
     if not v:
         return None
+    if v.lower() == io_.UNKNOWN_DATE_CELL:
+        return UNKNOWN_DATE  # a price nobody dated (offers_io): its Offer is dated_by "unknown"
     try:
         when = datetime.fromisoformat(v.replace("Z", "+00:00"))
     except ValueError:

@@ -30,14 +30,14 @@ from typing import Any, TextIO
 
 import numpy as np
 from pydantic import TypeAdapter
-from rentopt.optimizer.models import Offer, PriceOption
+from rentopt.optimizer.models import UNKNOWN_DATE, Offer, PriceOption
 from rentopt.optimizer.offers_io import (
     CSV_COLUMNS,
     CSV_TEXT_COLUMNS,
     PRICE_COLUMNS,
     csv_days,
+    csv_date,
     csv_number,
-    csv_time,
     csv_yes_no,
     write_offers_csv,
     write_offers_json,
@@ -170,7 +170,7 @@ def _constant(text: str) -> Piece:
 _FROM_COLUMNS = frozenset({
     "provider", "offer_id", "gpu", "gpu_raw", "gpu_status", "gpus", "gpu_memory_gb", "interconnect", "region",
     "spot", "price_options", "storage_gb_month", "egress_gb", "ingress_gb", "max_duration_hours", "stopped_bills",
-    "stopped_max_days", "free_disk_gb", "currency", "fetched_at", "source", "extra",
+    "stopped_max_days", "free_disk_gb", "currency", "fetched_at", "source", "dated_by", "extra",
 })
 _DEPTH = "\n    "  # an offer's fields, inside the list: two levels of two spaces
 
@@ -209,8 +209,11 @@ def _json_pieces(listed: ListedRows) -> list[Piece]:
         "stopped_max_days": _cells(listing, "stopped_max_days", _json("stopped_max_days")),
         "free_disk_gb": _numbers(np.asarray(table.free_disk_gb), _json("free_disk_gb")),
         "currency": _category(listing, "currency", _json("currency")),
-        "fetched_at": _cells(listing, "fetched_at", lambda v: _json("fetched_at")(v[1])),
+        # a date nobody knows (UNKNOWN_DATE, only ever an Offer's of dated_by "unknown") is null
+        "fetched_at": _cells(listing, "fetched_at", lambda v: "null" if v[1] == UNKNOWN_DATE else _json("fetched_at")(v[1])),
         "source": _cells(listing, "source", _json("source")),
+        "dated_by": _cells(listing, "fetched_at", lambda v: _json("dated_by")("unknown" if v[1] == UNKNOWN_DATE
+                                                                           else "published")),
         "extra": _json_extra(listed),
     }
     assert set(varying) == _FROM_COLUMNS
@@ -351,7 +354,7 @@ def _csv_cells(listing: Listing) -> dict[str, Piece]:
         "stopped_max_days": _cells(listing, "stopped_max_days", csv_number),
         "free_disk_gb": _numbers(np.asarray(table.free_disk_gb), lambda v: csv_number(v or None)),
         "gpu_memory_gb": _numbers(np.asarray(table.gpu_memory_gb), csv_number),
-        "fetched_at": _cells(listing, "fetched_at", lambda v: csv_time(v[1])),
+        "fetched_at": _cells(listing, "fetched_at", lambda v: csv_date(v[1])),
         "source": _cells(listing, "source", text_cell("source", str)),
     }
     cells.update({column: _cells(listing, column, plain) for column in PRICE_COLUMNS})

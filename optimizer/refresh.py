@@ -301,7 +301,7 @@ def run_import(source: str, *, transport=None, now: datetime | None = None, sett
     winning (a provider whose stored prices are as new or newer keeps them), its history added.
     A bad provider section loses only that provider; a file that is not a snapshot changes nothing."""
     from rentopt.optimizer.catalog import parse_snapshot_sections
-    from rentopt.optimizer.models import date_rank
+    from rentopt.optimizer.models import DATE_STRENGTH, date_rank
 
     started = time.perf_counter()
     raw = _read_source(source, transport, settings)
@@ -322,7 +322,9 @@ def run_import(source: str, *, transport=None, now: datetime | None = None, sett
                                           had_prices=had, plugin="import"))
         for section in snapshot.providers:
             state = states.get(section.provider)
-            dated_by = section.dated_by
+            # the weaker of the section's dating and its offers' own: a file exported before
+            # sections carried `dated_by` says "published" over offers of unknown date
+            dated_by = min((section.dated_by, *{o.dated_by for o in section.offers}), key=DATE_STRENGTH.__getitem__)
             rows = refused.get(section.provider, [])
             result = ProviderResult(section.provider, "ok", True, plugin=section.plugin, source=section.source,
                                     fetched_at=section.fetched_at, had_prices=bool(state and state.has_data),

@@ -922,6 +922,10 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
             for left in left_out:
                 click.echo(one_line(f"# left out {left.provider}/{left.offer_id}: no price a CSV line can express"),
                            err=True)
+        if not found.shown():  # stdout holds only the (empty) list or header: why, beside it
+            for line in (found.empty_reason or "No offer matches these filters; loosen them "
+                         "(see `rentopt offers --help`).").splitlines():
+                click.echo(one_line(f"# {line}"), err=True)
         return
     from tabulate import tabulate
 

@@ -742,7 +742,8 @@ def _check_known(requested: list[str] | None, present: set[str], where: str) -> 
 
 
 def _oldest(offers: Sequence[Offer]) -> datetime | None:
-    return min((o.fetched_at for o in offers), default=None)
+    """The oldest KNOWN date among `offers`."""
+    return min((o.fetched_at for o in offers if o.dated_by != "unknown"), default=None)
 
 
 def _when(when: datetime | None) -> str:

@@ -230,3 +230,24 @@ def test_an_import_never_takes_a_sections_word_over_its_offers(tmp_path, two_hom
     assert result.status == "kept" and "(dated by file time)" in (result.error or "")
     data = quote_json(*JOB, "--providers", "lab", "--top", "1")
     assert data["plans"][0]["total"] is not None and data["sources"][0]["fetched_at"] == "2026-05-20T00:00:00Z"
+
+
+def test_the_columns_take_unknown_dates_without_an_offer_and_write_what_the_reference_writes(tmp_path, monkeypatch):
+    """A file of unknown dates listed as JSON/CSV: Arrow's reader takes the `unknown` cells itself
+    (no line goes to offers_io's parser), and offers_writer writes the bytes offers_io's writers
+    write for the file's offers."""
+    from rentopt.optimizer import offers_io
+
+    path = written(tmp_path, "src.csv", write_offers_csv)
+    reference = {}
+    for fmt, writer in (("json", write_offers_json), ("csv", write_offers_csv)):
+        out = io.StringIO()
+        writer(sorted(read_offers_file(path), key=lambda o: o.provider), out)  # --sort provider
+        reference[fmt] = out.getvalue()
+    built = []
+    real = offers_io.offer_from_cells
+    monkeypatch.setattr(offers_io, "offer_from_cells", lambda *a, **k: built.append(a[2]) or real(*a, **k))
+    for fmt in ("json", "csv"):
+        result = CliRunner().invoke(cli, ["offers", "--offers-file", str(path), "--format", fmt, "--sort", "provider"])
+        assert result.exit_code == 0 and result.stdout == reference[fmt], fmt
+    assert built == []

@@ -16,7 +16,16 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_serializer, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 # --------------------------------------------------------------------------------------------
 # Hardware

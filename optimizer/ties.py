@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, OfferTable, take_strings
-from rentopt.optimizer.solver import stable_order
 
 
 @dataclass
@@ -46,38 +45,149 @@ class Ties:
 
 def tie_classes(t: OfferTable, usable: np.ndarray) -> Ties:
     """The classes of equal offers among the `usable` rows (see `Ties`). An offer with reserved
-    terms or a note of its own (a GPU name read as its usual variant) is a class of its own."""
-    rows = np.flatnonzero(usable)
-    if len(rows) < 2:
-        return Ties.none()
-    parts = [t.category(name)[0][rows] for name in LIST_COLUMNS if name != "offer_id"]
-    parts += [float_codes(np.nan_to_num(np.asarray(getattr(t, name), dtype=np.float64)[rows], nan=-1.0))
-              for name in ARRAY_COLUMNS]
-    parts += [float_codes(np.nan_to_num(getattr(t, name)[k][rows], nan=-1.0)) for name in PRICE_COLUMNS for k in (0, 1)]
+    terms or a note of its own (a GPU name read as its usual variant) is a class of its own.
+
+    Rows are grouped by a 64-bit hash of their planning columns (one pass per column that is not
+    one value throughout, one sort), then every group is checked column by column: a group
+    holding two different rows (a hash collision) sends the whole table to the exact coding, a
+    sort per column. Classes are therefore exactly the groups of equal rows either way."""
     alone = np.zeros(t.n, dtype=bool)
     alone[[r for _, r in t.terms] + list(t.extra_notes)] = True
-    parts.append(np.where(alone[rows], np.arange(1, len(rows) + 1), 0))
+    rows = np.flatnonzero(usable & ~alone)
+    if len(rows) < 2:
+        return Ties.none()
+    columns = _planning_columns(t)
+    order, starts = _runs(_row_hashes(columns, rows))
+    if len(starts) == len(rows):
+        return Ties.none()  # every hash differs, so every row differs
+    if not _runs_alike(columns, rows, order, starts):
+        order, starts = _runs(_row_codes(columns, rows))
+    return _ties_of_runs(t.n, rows, order, starts)
+
+
+def _planning_columns(t: OfferTable) -> list[tuple[np.ndarray, bool]]:
+    """Every column but the offer id that is not one value throughout, as (array over the
+    table's rows, holds floats): strings as their codes (one per distinct value), whole
+    numbers packed several to an integer (exactly: mixed radix), floats as they are."""
+    whole: list[np.ndarray] = []
+    for name in LIST_COLUMNS:
+        if name == "offer_id":
+            continue
+        codes, values = t.category(name)  # a table's categories are values, each once
+        if len(values) > 1:
+            whole.append(codes)
+    floats: list[np.ndarray] = []
+    arrays = [np.asarray(getattr(t, name)) for name in ARRAY_COLUMNS]
+    arrays += [getattr(t, name)[k] for name in PRICE_COLUMNS for k in (0, 1)]
+    for a in arrays:
+        if not len(a) or a.strides[0] == 0:  # a stride of 0: one value held for every row
+            continue
+        if a.dtype.kind != "f":
+            whole.append(a)
+        elif not (np.isnan(a[0]) and np.isnan(a).all() or a[0] == a[0] and (a == a[0]).all()):
+            floats.append(a)
+    out = [(column, False) for column in _packed(whole)]
+    return out + [(column, True) for column in floats]
+
+
+def _packed(columns: list[np.ndarray]) -> list[np.ndarray]:
+    """Integer columns as fewer int64 columns, equal exactly where all of theirs are: each
+    packed one is a mixed-radix number over several (as many as fit in 62 bits)."""
+    out: list[np.ndarray] = []
+    key, span = None, 1
+    for column in columns:
+        low, high = int(column.min()), int(column.max())
+        if low == high:
+            continue
+        radix = high - low + 1
+        if radix >= 1 << 62:  # too wide to pack (no offer's figures are): as it is
+            out.append(column.astype(np.int64))
+            continue
+        digit = column.astype(np.int64) - low if low else column.astype(np.int64)
+        if key is None or span * radix >= 1 << 62:
+            if key is not None:
+                out.append(key)
+            key, span = digit, radix
+        else:
+            key, span = key * radix + digit, span * radix
+    return out if key is None else [*out, key]
+
+
+def _bits(column: tuple[np.ndarray, bool], at: np.ndarray) -> np.ndarray:
+    """The column's values at rows `at` as 64-bit patterns, equal exactly where the values are
+    (for floats: -0.0 as 0.0, every NaN as one NaN)."""
+    values, floating = column
+    if not floating:
+        return values[at].astype(np.int64).view(np.uint64)
+    v = values[at] + 0.0  # -0.0 + 0.0 is 0.0
+    v[np.isnan(v)] = np.nan
+    return v.view(np.uint64)
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # an odd 64-bit multiplier (2**64 / golden ratio): spreads bits upward
+
+
+def _row_hashes(columns: list[tuple[np.ndarray, bool]], rows: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each of `rows` over `columns`: equal rows hash alike."""
+    h = np.zeros(len(rows), dtype=np.uint64)
+    for column in columns:
+        h ^= _bits(column, rows)
+        h *= _MIX
+        h ^= h >> np.uint64(29)
+    return h
+
+
+def _row_codes(columns: list[tuple[np.ndarray, bool]], rows: np.ndarray) -> np.ndarray:
+    """An integer per row of `rows`, equal exactly where the rows are equal in every column
+    (mixed radix over each column's rank: a sort per column)."""
     key = np.zeros(len(rows), dtype=np.int64)
-    for part in parts:  # one integer per class (mixed radix over the coded columns)
+    for column in columns:
+        part = np.unique(_bits(column, rows), return_inverse=True)[1].astype(np.int64).reshape(-1)
         key = key * (int(part.max()) + 1) + part
         if key.max() >= 1 << 40:  # renumbered before the next digit could overflow
             key = renumbered_codes(key)
-    key = renumbered_codes(key)
-    counts = np.bincount(key)
-    if counts.max() < 2:
+    return key
+
+
+def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, starts): the positions sorted by key, rows ascending within a key, and where
+    each run of one key begins in that order."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    new = np.ones(len(keys), dtype=bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    return order, np.flatnonzero(new)
+
+
+def _runs_alike(columns: list[tuple[np.ndarray, bool]], rows: np.ndarray, order: np.ndarray,
+                starts: np.ndarray) -> bool:
+    """Whether the rows of each run are equal in every column: each equals the one before it."""
+    within = np.ones(len(order), dtype=bool)
+    within[starts] = False
+    within = within[1:]  # sorted position i + 1 is in the run of position i
+    ordered = rows[order]
+    for column in columns:
+        bits = _bits(column, ordered)
+        if not (bits[1:] == bits[:-1])[within].all():
+            return False
+    return True
+
+
+def _ties_of_runs(n: int, rows: np.ndarray, order: np.ndarray, starts: np.ndarray) -> Ties:
+    """Ties of a table of `n` rows whose classes are the runs (`_runs`) of `rows`."""
+    sizes = np.diff(np.r_[starts, len(order)])
+    tied = np.flatnonzero(sizes > 1)
+    if not len(tied):
         return Ties.none()
-    order = stable_order(key)  # by class, the offers' order within each
-    bounds = np.r_[0, np.cumsum(counts)]
-    members = rows[order]
-    first = np.ones(t.n, dtype=bool)
-    later = np.ones(len(rows), dtype=bool)
-    later[bounds[:-1]] = False
+    members = rows[order]  # class by class, the offers' order within each
+    later = np.ones(len(order), dtype=bool)
+    later[starts] = False
+    first = np.ones(n, dtype=bool)
     first[members[later]] = False
-    tied = np.flatnonzero(counts > 1)
-    klass = np.full(t.n, -1, dtype=np.int64)
-    klass[members[bounds[tied]]] = np.arange(len(tied))
-    in_tied = counts[key[order]] > 1  # the members of classes of two or more, still class by class
-    return Ties(first, klass, members[in_tied], np.r_[0, np.cumsum(counts[tied])])
+    klass = np.full(n, -1, dtype=np.int64)
+    klass[members[starts[tied]]] = np.arange(len(tied))
+    in_tied = np.repeat(sizes > 1, sizes)
+    return Ties(first, klass, members[in_tied], np.r_[0, np.cumsum(sizes[tied])])
 
 
 def dense_codes(codes: np.ndarray) -> np.ndarray:

@@ -232,8 +232,10 @@ def _parse_csv(lines: _Lines, *, name: str, fetched_at: datetime, source: str,
     reader = _Reader(header, name, fetched_at, source, listing=listing)
     for line, text in cells.invalid:  # more or fewer cells than the header (offers_io says which), blank
         reader.slow.append((line, line, _dict_row(header, text)))
-    reader.chunk(cells, cells.line_numbers)
+    # counted before the other columns are coded: its hash table of every id then shares memory
+    # with the text columns, not with the table being built
     ids_distinct = cells.ids_distinct(reader.column["offer_id"])
+    reader.chunk(cells, cells.line_numbers)
     del cells  # Arrow's columns: the table holds what the quote needs
     import pyarrow as pa
 
@@ -330,8 +332,18 @@ class _ArrowCells:
 
     def distinct(self, j: int) -> tuple[np.ndarray, list[str]]:
         """Column j as (codes, distinct values): `values[codes[i]]` is row i's cell."""
-        encoded = self.table.column(j).combine_chunks().dictionary_encode()
-        return _numbers(encoded.indices), encoded.dictionary.to_pylist()
+        import pyarrow as pa
+
+        column = self.table.column(j)
+        if not pa.types.is_dictionary(column.type):
+            # the coded column takes the text's place (the few lines read again by offers_io's
+            # parser still find their cells there): a million cells of text freed now, not after
+            column = column.combine_chunks().dictionary_encode()
+            self.table = self.table.set_column(j, self.table.schema.field(j).name, column)
+            pa.default_memory_pool().release_unused()
+        else:
+            column = column.chunk(0)
+        return _numbers(column.indices), column.dictionary.to_pylist()
 
     def offer_ids(self, j: int) -> tuple[Any, np.ndarray]:
         """The id cells, stripped as offers_io strips them, and which are empty: one text buffer

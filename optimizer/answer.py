@@ -173,13 +173,14 @@ def _money_lines(stage_bill: StageBill) -> list[BillingLine]:
 
 
 def _stage(kind: StageKind, c: Candidate, bill: StageBill, hours: Decimal, layout: str, gpus: int | None = None,
-           notes: Sequence[str] = ()) -> PlanStage:
+           notes: Sequence[str] = (), same_price: Sequence[str] = ()) -> PlanStage:
     return PlanStage(kind=kind, provider=c.offer.provider, offer_id=c.offer.offer_id, gpu=c.gpu.id,
                      gpus=c.use.nodes * c.offer.gpus if gpus is None else gpus, nodes=c.use.nodes, layout=layout,
                      hours=hours, billing=_money_lines(bill), cost=bill.cost, unknown_charges=list(bill.unknown),
                      precision=c.layout.precision if gpus is None else None,
                      attention=c.layout.attention if gpus is None else None,
-                     link=c.layout.link if gpus is None else None, notes=list(notes))
+                     link=c.layout.link if gpus is None else None, notes=list(notes),
+                     same_price_offers=list(same_price))
 
 
 def plan_of(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan:
@@ -198,7 +199,8 @@ def plan_of(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Pl
         ib = _stage_bill(bill, "idle")
         assert bill.choice.idle is not None  # a plan with a validation chose what to do in the gap
         v_hours = v.use.hours + (v.use.out_hours if bill.choice.idle == "destroy" else 0)
-        stages.append(_stage("validate", v, vb, v_hours, v.layout.strategy))
+        stages.append(_stage("validate", v, vb, v_hours, v.layout.strategy,
+                             same_price=planned.same_price_ids.get(v.offer.key, ())))
         idle_label = {"continue": "training continues on this instance", "stop": "stopped (instance kept)",
                       "destroy": "copied out and destroyed"}[bill.choice.idle]
         stages.append(_stage("idle", v, ib, idle_h, idle_label, gpus=0, notes=ib.notes))
@@ -208,7 +210,8 @@ def plan_of(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Pl
         key += [f"{v.offer.provider}/{v.offer.offer_id}: {n}" for n in v.key_notes]
     tb, eb = _stage_bill(bill, "train"), _stage_bill(bill, "export")
     export_h = transfer_hours(planned.prep.export_gb, t.offer, "export")
-    stages.append(_stage("train", t, tb, t.use.hours, t.layout.strategy))
+    stages.append(_stage("train", t, tb, t.use.hours, t.layout.strategy,
+                         same_price=planned.same_price_ids.get(t.offer.key, ())))
     stages.append(_stage("export", t, eb, export_h, "copy out, verify, destroy", gpus=0))
     if bill.choice.idle not in ("stop", "continue"):
         notes.append(f"train compute: {explain_cover(t.use.pricing, t.use.hours, ccy)}"

@@ -146,6 +146,7 @@ class Planned:
     table: OfferTable | None = None
     closest_misses: list[str] = field(default_factory=list)  # the few nearest memory misses, nearest first
     same_price: dict[tuple[str, str], str] = field(default_factory=dict)  # a planned offer -> its tied offers, in words
+    same_price_ids: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # ... and their offer ids
     rough: Rough | None = None  # every candidate's first-pass columns, kept only without the first pass (oracle tests)
 
     @property

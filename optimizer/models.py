@@ -847,6 +847,9 @@ class PlanStage(BaseModel):
     attention: str | None = None
     link: str | None = None  # how the GPUs talk inside a node (nvlink, pcie, pcie-no-p2p); running stages
     notes: list[str] = []
+    # the provider's other offers equal to this one in every planning column (zones, listings):
+    # the same plan at the same price on any of them (the offers' order)
+    same_price_offers: list[str] = []
 
 
 class LineItems(BaseModel):

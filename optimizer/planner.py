@@ -56,7 +56,7 @@ from rentopt.optimizer.job import (
     work_plan,
 )
 from rentopt.optimizer.models import GpuSpec, Layout, Offer, Quote, TrainingSetup
-from rentopt.optimizer.offer_table import OfferTable
+from rentopt.optimizer.offer_table import OfferTable, take_strings
 from rentopt.optimizer.solver import Candidate as SolverCandidate
 from rentopt.optimizer.solver import PlanInstance, solve, stable_order
 from rentopt.optimizer.stage_hours import (
@@ -487,9 +487,11 @@ class _Planner:
         instance = self._instance(train, validate)
         candidates = {c.id: c for c in (*train, *validate)}
         misses = [text for _, text in sorted(self.misses.values())[:CLOSEST_MISSES]]
-        same_price = {full[r].key: self.ties.words(t, r) for r in rows if self.ties.has_others(r)}
+        tied = [r for r in rows if self.ties.has_others(r)]
+        same_price = {full[r].key: self.ties.words(t, r) for r in tied}
+        same_price_ids = {full[r].key: list(take_strings(t.offer_id, self.ties.others(r))) for r in tied}
         return Planned(instance, candidates, self.rejected, work, prep, self.closest[1] if self.closest else None,
-                       first, self.table, misses, same_price)
+                       first, self.table, misses, same_price, same_price_ids)
 
     def _instance(self, train: list[Candidate], validate: list[Candidate]) -> PlanInstance:
         """The solver's instance of the exact candidates, each training run tied to the validation key it needs."""

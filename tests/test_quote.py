@@ -659,6 +659,14 @@ def test_a_catalog_of_ties_is_planned_once_and_the_answer_names_every_member(tmp
     assert {s["offer_id"] for s in best["stages"]} == {"z1"}
     assert "alpha/z1: also at the same price: 6 more offers (z2, z3, z4, z5, z6, z7)" in best["notes"]
     assert not any("dear" in n for n in best["notes"])
+    # in the JSON too, for scripts: on the stages that run on z1 (validate, train), all six, in file order
+    assert {s["kind"]: s["same_price_offers"] for s in best["stages"]} == {
+        "validate": ["z2", "z3", "z4", "z5", "z6", "z7"], "idle": [], "train": ["z2", "z3", "z4", "z5", "z6", "z7"],
+        "export": []}
+    second = {s["kind"]: s for s in quote["plans"][1]["stages"]}
+    assert second["train"]["same_price_offers"] == []  # b1 has no twin
+    assert second["validate"]["same_price_offers"] == (["z2", "z3", "z4", "z5", "z6", "z7"]
+                                                       if second["validate"]["offer_id"] == "z1" else [])
     train = {s["kind"]: s["offer_id"] for s in quote["plans"][1]["stages"]}["train"]
     assert train == "b1"  # the next group trains, not a tied zone
     assert quote["rejected_count"] == 0

@@ -340,9 +340,9 @@ class _Planner:
         piece = np.repeat(np.arange(len(pieces)), [len(r) for r in rows_of])
         # per candidate from per piece: a gather each, of the dtype it keeps (no full-size
         # temporaries of another dtype)
-        nodes, kind, fit = (table[:, c].astype(np.int64)[piece] for c in (0, 1, 2))
+        node_col, kind_col, fit_col = (table[:, c].astype(np.int64)[piece] for c in (0, 1, 2))
         export_h = transfer_hours_per_row(float(prep.export_gb), t, "export")
-        tr = train_columns(row, nodes, kind, fit, (table[:, 3][piece], table[:, 4][piece], table[:, 5][piece]),
+        tr = train_columns(row, node_col, kind_col, fit_col, (table[:, 3][piece], table[:, 4][piece], table[:, 5][piece]),
                            table[:, 6][piece] if work.tokens is None else None, work.tokens, import_h, export_h,
                            spot_factors)
         too_long = tr.hours > t.max_hours[tr.row]  # NaN (no maximum) compares False

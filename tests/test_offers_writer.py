@@ -13,17 +13,22 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-
 from rentopt.optimizer import catalog, offers_io, offers_writer
-from rentopt.optimizer.catalog import _id_ranks, find_offers, sort_offers
+from rentopt.optimizer.catalog import _id_ranks, find_offers
 from rentopt.optimizer.cli import cli
-from rentopt.optimizer.errors import InputError
 from rentopt.optimizer.models import PriceUnit
 from rentopt.optimizer.offer_table import Texts
-from rentopt.optimizer.offers_io import read_offers_file, write_offers_csv, write_offers_json
+from rentopt.optimizer.offers_io import (
+    read_offers_file,
+    write_offers_csv,
+    write_offers_json,
+)
 from rentopt.optimizer.offers_writer import write_listed_csv, write_listed_json
 from rentopt.optimizer.store import OfferQuery
-from rentopt.optimizer.suspect import suspect_offers
+
+from tests.test_offers_listing import (
+    reference,  # the every-offer listing, one definition
+)
 
 HEADER = ("provider,offer_id,gpu,gpus,price_hour,price_day,price_week,price_month,currency,storage_gb_month,"
           "egress_gb,ingress_gb,interconnect,form_factor,region,spot,max_days,stopped_bills,stopped_max_days,"
@@ -57,19 +62,6 @@ delta,edge,H100-SXM-80GB,1,199.9999999999,,,,USD,,,,,,,no,,,,,,2026-11-28T06:00:
 delta,d-2,RTX 4090,1,,,,150,USD,,,,,,eu,no,,,,,24,2026-11-28T06:00:00Z,
 '''
 SORTS = ["price", "gpu", "provider", "memory"]
-
-
-def reference(path: Path, query: OfferQuery, sort: str, limit: int | None, suspect: bool = False) -> list:
-    """The rows `rentopt offers` lists, every offer built (see the module docstring)."""
-    everything = read_offers_file(path)
-    unknown = [p for p in query.providers or () if p not in {o.provider for o in everything}]
-    if unknown:  # none of this test's names is a registered plugin's
-        raise InputError(f"unknown provider {', '.join(unknown)} (not registered")
-    kept = [o for o in everything if query.matches(o)]
-    if suspect:
-        reasons = suspect_offers(everything)
-        kept = [o.model_copy(update={"extra": {**o.extra, "suspect": reasons[o.key]}}) for o in kept if o.key in reasons]
-    return sort_offers(kept, sort)[:limit]
 
 
 def written(path: Path, fmt: str, query: OfferQuery = OfferQuery(), sort: str = "price", limit: int | None = None,

@@ -61,9 +61,9 @@ def loading_modules() -> Iterator[None]:
 
     Modules, their classes, functions and pydantic schemas live until the process ends, so a
     collection finds nothing among them; yet each full collection during the command rescans
-    them all (numpy's, pydantic's and rentopt's: some 45,000 tracked objects). Paused and frozen, a
-    quote of the bundled snapshot takes 0.04 s less of its 0.46 s (2026-12-04,
-    benchmarks/bench_quote.py); the collector still runs for the command's own work.
+    them all (numpy's, pydantic's and rentopt's tracked objects). Paused and frozen, they are
+    scanned no more (benchmarks/bench_quote.py measures it); the collector still runs for the
+    command's own work.
 
     Frozen only when `main()` runs the command (the process is one command: the console
     script, `python -m`): a test or a program that invokes `cli` in a longer-lived process
@@ -1241,9 +1241,9 @@ def _one_command() -> None:
     """main() runs one command and the process ends: let the garbage collector know.
 
     At exit CPython runs full collections over every object still alive, looking for cycles
-    whose finalizers should run. After a quote that is some 50,000 tracked objects (numpy's,
-    pydantic's, rentopt's modules and catalogs, the plan): 0.06 s of a 0.5 s quote here, to free
-    memory the operating system takes back at once (2026-12-04, benchmarks/bench_quote.py).
+    whose finalizers should run. After a quote that is every tracked object (numpy's, pydantic's,
+    rentopt's modules and catalogs, the plan), scanned to free memory the operating system takes
+    back at once (benchmarks/bench_quote.py measures the cost).
     gc.freeze() in an atexit handler (it runs after the command, before those collections)
     leaves that memory to the operating system. Nothing rentopt must finish waits for a
     collection: files are written and closed inside `with` blocks (paths.write_atomically),

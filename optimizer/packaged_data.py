@@ -1,8 +1,8 @@
 """rentopt's own TOML data files (data/gpus.toml, models.toml, fx.toml), read through JSON twins.
 
-tomllib is pure Python: it parses gpus.toml (160 kB) in 18 ms, a tenth of what a quote of the
-bundled snapshot spends above its libraries' import floor, where json (C) reads the same data
-in 0.4 ms (2026-12-04). So each file ships with a twin, `data/NAME.toml.json`, which `encode`
+tomllib is pure Python and slow on gpus.toml, a real share of what a quote of the bundled
+snapshot spends above its libraries' import floor, where json (C) reads the same data in a
+fraction of the time (figures in the commit and README's Benchmarks). So each file ships with a twin, `data/NAME.toml.json`, which `encode`
 writes (tools/build_data_twins.py): {"format", "toml_sha256", "data"}, the data tomllib reads
 from the TOML, as JSON, and the SHA-256 of the TOML bytes it was read from.
 

@@ -62,7 +62,7 @@ def suspect_rows(table: Any) -> dict[int, Suspect]:
         if not len(rows):
             continue
         # Each provider's median per (gpu, currency), from one sort of the rows by (gpu, currency,
-        # provider, price): a million rows grouped in Python was 0.3 s, their medians 0.4 s.
+        # provider, price), not rows grouped in Python.
         g, c, p, v = gpu_code[rows].astype(np.int64), currency_code[rows].astype(np.int64), \
             provider_code[rows].astype(np.int64), per_gpu[rows]
         key = (g * len(currencies) + c) * len(providers) + p
@@ -78,8 +78,7 @@ def suspect_rows(table: Any) -> dict[int, Suspect]:
         for k, m in zip(key_sorted[starts].tolist(), medians.tolist()):
             groups[k // len(providers)][k % len(providers)] = m
         # The median of the OTHER providers' medians depends on the group and the provider, not
-        # the row: worked out once per (group, provider), not once per row (1.2 s of a
-        # 100,000-offer quote was this median taken again for every row).
+        # the row: worked out once per (group, provider), not once per row.
         threshold = np.full(len(starts), np.nan)
         others_of: dict[int, tuple[float, int]] = {}
         for at, k in enumerate(key_sorted[starts].tolist()):

@@ -570,8 +570,8 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     from rentopt.optimizer.render import no_plan_json, no_plan_text
 
     # The collector paused for reading and planning (gc_pause.py): they allocate tens of thousands
-    # of objects and next to no cycles (a bundled quote's collections found 375 objects to free,
-    # a 100,000-offer file's 1,640; 2026-12-04), so every collection was a rescan for nothing.
+    # of objects and next to no cycles (counted in commit f7c11b5), so every collection was a
+    # rescan for nothing.
     with gc_paused():
         offers = load_offers(_comma_list(providers), offers_file, lazy=True)
         _warn(offers.warnings)

@@ -57,8 +57,24 @@ def test_one_pass_for_all_providers_finds_each_providers_own_best_plan(drawn, jo
     assert {plan.stages[0].provider: (plan.total, tuple((s.provider, s.offer_id) for s in plan.stages))
             for plan in plans} == {p: found for p, found in expected.items() if found is not None}
     assert [plan.total for plan in plans] == sorted(plan.total for plan in plans)
+    assert len({plan.stages[0].provider for plan in plans}) == len(plans)  # one plan per provider, never two
     rows = price_workload(workload, offer_set, providers, FX, "USD").rows
     got = {r.provider: None if r.plan is None else
            (r.plan.total, tuple((s.provider, s.offer_id) for s in r.plan.stages)) for r in rows}
     assert got == expected
     assert all(r.reason for r in rows if r.plan is None)
+
+
+def test_per_provider_plans_are_told_apart_by_provider_alone():
+    """The solver's top plans differ by group; in per-provider mode a group is the provider, so two
+    GPUs of one provider never take two of the places (the other provider's best would drop out)."""
+    from rentopt.optimizer.planner import plan_instance
+
+    offers = [offer("a-h", gpus=1, hourly="2.00", provider="a", **H100),
+              offer("a-x", gpus=1, hourly="0.79", provider="a", **A6000),
+              offer("b-h", gpus=1, hourly="3.00", provider="b", **H100)]
+    request = quote_request(parse_workload("7b lora 1d"), "USD")
+    train = plan_instance(request, offers, FX, first_pass=False, per_provider=True).instance.train
+    assert {t.group for t in train} == {("a", ""), ("b", "")}
+    assert {t.group for t in plan_instance(request, offers, FX, first_pass=False).instance.train} == {
+        ("a", "H100-SXM-80GB"), ("a", "RTX-A6000-48GB"), ("b", "H100-SXM-80GB")}

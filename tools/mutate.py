@@ -47,7 +47,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     "planner": ("tests/test_rules_planner.py", "tests/test_first_pass_oracle.py", "tests/test_quote.py",
                 "tests/test_runnable_plans.py",
                 "tests/test_parallel_layouts.py",
-                "tests/test_measured_peak.py", "tests/test_solver_property.py",
+                "tests/test_measured_peak.py", "tests/test_solver_property.py", "tests/test_report_per_provider.py",
                 "tests/test_doctests.py::test_docstring_examples[rentopt.optimizer.planner]"),
     "job": ("tests/test_rules_planner.py", "tests/test_first_pass_oracle.py", "tests/test_quote.py",
             "tests/test_runnable_plans.py", "tests/test_measured_peak.py",
@@ -197,6 +197,11 @@ MUTATIONS: tuple[Mutation, ...] = (
       "return model if model in present else arch", "return arch"),
     M("planner", "a training run validated only on its own GPU model when no offer of it holds the job",
       "return model if model in present else arch", "return model"),
+    M("planner", "per-provider plans validated at any provider (the keys without the provider)",
+      "return (model, arch) if provider is None else ((provider, *model), (provider, *arch))", "return (model, arch)"),
+    M("planner", "per-provider plans told apart by provider and GPU (a provider's best can be pruned away)",
+      'group = (c.offer.provider, "") if self.per_provider else (c.offer.provider, c.gpu.id)',
+      "group = (c.offer.provider, c.gpu.id)"),
 
     # --- solver.py -------------------------------------------------------------------------------
     M("solver", "enumeration keeping the first plan of each group instead of its best",

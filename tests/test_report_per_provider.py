@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from rentopt.optimizer.catalog import OfferSet
 from rentopt.optimizer.currency import FxTable
 from rentopt.optimizer.errors import NoFeasiblePlan
-from rentopt.optimizer.report import parse_workload, price_workload, provider_sets, quote_request
 from rentopt.optimizer.planner import build_quote
+from rentopt.optimizer.report import (
+    parse_workload,
+    price_workload,
+    provider_sets,
+    quote_request,
+)
+
 from tests.test_quote import A6000, H100, offer
 
 CARDS = {"H100": (H100, 1), "H100x8": (H100, 8), "A6000": (A6000, 1), "A6000x4": (A6000, 4)}

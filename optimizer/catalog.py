@@ -216,8 +216,11 @@ class StoreColumns:
             raise StoreError("the price store disappeared while quoting; run the quote again")
         with store:
             loaded = {o.key: o for o in store.load_current_offers(stored, self.snapshots)}
-        if len(loaded) != len(stored):
-            raise StoreError("prices changed while quoting (a refresh just finished); run the quote again")
+        if len(loaded) != len(stored):  # the snapshots are the same (else load_current_offers refused)
+            missing = [f"{p}/{o}" for p, o in stored if (p, o) not in loaded]
+            why = store.warnings()[0] if store.warnings() else "they are not in the store"
+            raise StoreError(f"{len(missing)} stored offer(s) a plan needs cannot be read ({', '.join(missing[:3])}"
+                             f"{', ...' if len(missing) > 3 else ''}): {why}")
         return loaded | found
 
     def table(self) -> OfferTable:

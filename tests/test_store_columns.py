@@ -197,6 +197,25 @@ def test_the_resolver_refuses_offers_of_a_snapshot_replaced_while_quoting(rentop
         found.offers_by_key([("alpha", "a1")])
 
 
+def test_a_stored_offer_that_cannot_be_read_any_more_is_named_not_blamed_on_a_refresh(rentopt_home):
+    """The columns hold the row, its stored JSON no longer reads (a damaged store): the error names
+    the offer and the way out, and does not claim a refresh happened (none did)."""
+    import sqlite3
+
+    with open_writable(store_path()) as s:
+        s.write_snapshot("alpha", [offer("a1"), offer("a2")], fetched_at=T0)
+    table = load_offers(["alpha"], lazy=True).table()
+    db = sqlite3.connect(store_path(), isolation_level=None)
+    db.execute("UPDATE offers SET offer = '{\"provider\": 1}' WHERE offer_id = 'a1'")
+    db.close()
+    with pytest.raises(StoreError) as caught:
+        table.offers([0])
+    message = str(caught.value)
+    assert "alpha/a1" in message and "cannot use" in message and "rentopt refresh" in message
+    assert "refresh just finished" not in message
+    assert [o.offer_id for o in table.offers([1])] == ["a2"]  # the readable one still reads
+
+
 def test_a_retired_provider_leaves_no_columns(rentopt_home):
     with open_writable(store_path()) as s:
         s.write_snapshot("alpha", [offer("a1")], fetched_at=T0)

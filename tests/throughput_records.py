@@ -207,6 +207,10 @@ def record_setup(r: dict) -> TrainingSetup:
                   recompute="selective" if r.get("activation_checkpointing") == "selective" else "full",
                   activation_offload=r.get("activation_checkpointing") == "offload",
                   compile=bool(r.get("compile")))
+    elif "activation offload" in r["parallelism"].lower():
+        # Answer.AI's cloud table: the column "CPU+Activation Offload" True means train.py's
+        # --use_cpu_offload and --use_activation_cpu_offload together (benchmarks_03_2024.md)
+        kw["activation_offload"] = True
     if mode in ("lora", "qlora"):
         kw["lora_rank"] = r["lora_rank"] or 16
         kw["lora_targets"] = _targets(r)

@@ -516,23 +516,24 @@ class FirstPass:
     def train_bounds(self, tr: TrainColumns) -> tuple[np.ndarray, np.ndarray]:
         """Bounds on each training candidate's bill on its own instance (lo, hi)."""
         s = self.sizes
-        lo, hi = np.empty(len(tr)), np.empty(len(tr))
-        for k, p in self.prices.items():
-            sel = tr.kind == k
-            lo[sel], hi[sel], _ = alone_bounds_arrays(p, tr.row[sel], "train", tr.nodes[sel], tr.hours[sel],
-                                                      s.disk, s.imported, s.exported)
-        return lo, hi
+        return self._bounds_per_kind(tr.kind, lambda p, sel: alone_bounds_arrays(
+            p, tr.row[sel], "train", tr.nodes[sel], tr.hours[sel], s.disk, s.imported, s.exported))
 
     def validate_bounds(self, va: ValidateColumns) -> tuple[np.ndarray, np.ndarray]:
         """Bounds on each validation's bill on its own instance, destroyed after it (lo, hi)."""
         s = self.sizes
-        lo, hi = np.empty(len(va)), np.empty(len(va))
+        return self._bounds_per_kind(va.kind, lambda p, sel: alone_bounds_arrays(
+            p, va.row[sel], "validate", np.ones(int(sel.sum()), dtype=np.int64), va.hours[sel], s.validate_disk,
+            s.imported, s.destroyed, va.out[sel]))
+
+    def _bounds_per_kind(self, kinds: np.ndarray, bounds_of: Callable[[PriceColumns, np.ndarray], tuple]
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) of each candidate, each priced by its own kind: `bounds_of(kind's columns, mask)`
+        gives billing's `alone_bounds_arrays` for the candidates of `mask`."""
+        lo, hi = np.empty(len(kinds)), np.empty(len(kinds))
         for k, p in self.prices.items():
-            sel = va.kind == k
-            rows = va.row[sel]
-            lo[sel], hi[sel], _ = alone_bounds_arrays(p, rows, "validate", np.ones(len(rows), dtype=np.int64),
-                                                      va.hours[sel], s.validate_disk, s.imported, s.destroyed,
-                                                      va.out[sel])
+            sel = kinds == k
+            lo[sel], hi[sel], _ = bounds_of(p, sel)
         return lo, hi
 
     def leases(self, tr: TrainColumns, va: ValidateColumns | None, deadline: float | None

@@ -405,7 +405,8 @@ class _Planner:
         if not self.per_provider:
             return [(None, rows)]
         codes = self.provider_code[rows]
-        return [(self.table.provider[int(rows[codes == c][0])], rows[codes == c]) for c in np.unique(codes).tolist()]
+        mine = [rows[codes == c] for c in np.unique(codes).tolist()]
+        return [(self.table.provider[int(at[0])], at) for at in mine]
 
     def _needs(self, tr: TrainColumns) -> np.ndarray:
         """Per training candidate, the validation key it needs (`_needed_key` of the keys present;

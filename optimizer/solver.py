@@ -539,23 +539,23 @@ def _by_key(validate: Iterable[Candidate]) -> dict[Hashable, list[Candidate]]:
     return found
 
 
-def _pairs(p: _Pruned) -> int:
-    """How many (validation, training) combinations the pruned instance has: compatible pairs,
-    or the training candidates alone without validation."""
+def _pairs(p: _Pruned, serving: dict[Hashable, list[Candidate]]) -> int:
+    """How many (validation, training) combinations the pruned instance has: compatible pairs
+    (`serving`: `_by_key` of its validations), or the training candidates alone without validation."""
     if not p.validate:
         return len(p.train)
-    serving = _by_key(p.validate)
     return sum(len(serving.get(t.signature, ())) for t in p.train)
 
 
-def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int) -> list[PlanBill]:
+def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int,
+               serving: dict[Hashable, list[Candidate]] | None = None) -> list[PlanBill]:
     uses = inst.uses
     G = inst.idle_hours
     alone, exact = p.alone, p.unrounded
     _alone_totals((c.use for c in (*p.validate, *p.train)), alone, exact)
     budget = inst.budget
     best: dict[tuple[str, str], _Option] = {}
-    serving = _by_key(p.validate)
+    serving = _by_key(p.validate) if serving is None else serving
     for t in p.train:
         options: list[_Option] = []
         t_cost, t_unk = alone[t.id]
@@ -682,11 +682,12 @@ def solve(inst: PlanInstance, top_k: int = 5, *, time_limit_s: float = DEFAULT_T
         p = prune(inst, top_k)
     else:
         p = _unpruned(inst)
-    pairs = _pairs(p)
+    serving = _by_key(p.validate)  # the compatible pairs: counted here, walked by the enumeration
+    pairs = _pairs(p, serving)
     use_cp = method == "cp-sat" or (method == "auto" and inst.rank_by == "total" and pairs > ENUMERATION_LIMIT)
     log.debug("pruned to %d validation and %d training candidates (%s); %s",
               len(p.validate), len(p.train), p.dropped, "cp-sat" if use_cp else "enumeration")
-    plans = _cp_sat(inst, p, top_k, time_limit_s) if use_cp else _enumerate(inst, p, top_k)
+    plans = _cp_sat(inst, p, top_k, time_limit_s) if use_cp else _enumerate(inst, p, top_k, serving)
     if not plans:
         reasons = diagnose(inst)
         raise NoFeasiblePlan("No plan meets the constraints: " + "; ".join(reasons) + ".", reasons)

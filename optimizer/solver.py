@@ -151,6 +151,9 @@ class Solution:
 # drops what a true inequality shows cannot be among the top-K plans; ties are kept.
 
 _INF_F = float("inf")
+# Up to this many validation keys, their prefix bounds and searches run one key at a time (each a
+# long numpy call); above, all keys at once through ranks (a sort), which many short keys need.
+FEW_SEGMENTS = 32
 
 
 @dataclass
@@ -195,11 +198,11 @@ class Kept:
     dropped: dict[str, int] = field(default_factory=dict)
     # What the bounds step compared with, for a caller that pruned a subset first: an upper bound
     # on each group's best plan (by TrainArrays.group; inf: none), the K-th best group's, and per
-    # validation key its destroy-path partners' walls (ascending) with, at each, the second-lowest
-    # upper bound on distinct instances among those no slower.
+    # validation key its destroy-path partners by wall clock (`_Partners.second_no_later` gives the
+    # second-lowest upper bound on distinct instances among those no slower than a wall).
     group_ub: np.ndarray = field(default_factory=lambda: np.zeros(0))
     threshold: float = _INF_F
-    second_by_wall: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    partners: _Partners = field(default_factory=lambda: _Partners.none())
 
 
 def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *, idle_hours: float,
@@ -217,10 +220,12 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
         if va is None:
             keep_t &= tr.wall <= deadline
         else:
-            fastest = _min_per_key(va.keys, va.wall, keep_v)
+            # per key, its fastest validation
             lookup = np.full(int(max(va.keys.max(initial=-1), tr.need.max(initial=-1))) + 2, _INF_F)
-            for k, w in fastest.items():
-                lookup[k] = w
+            rows = np.repeat(np.arange(nv), va.keys.shape[1])
+            flat = va.keys.ravel()
+            ok = keep_v[rows] & (flat >= 0)
+            np.minimum.at(lookup, flat[ok], va.wall[rows[ok]])
             need_fast = lookup[tr.need]  # need -1 reads the last slot: infinity
             keep_t &= need_fast + idle_hours + tr.wall <= deadline
             quickest = tr.wall[keep_t].min() if keep_t.any() else _INF_F
@@ -234,18 +239,16 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
     #    Billing's idle rule may refuse the destroy option of a validation on a training run's
     #    own instance, so a validation is dominated only by two faster, cheaper ones on different
     #    instances, and a run's destroy-path upper bound comes from a partner on another instance.
-    partners: dict[int, _PartnerPrefix] = {}
+    #    Every key at once: its validations are one segment of arrays sorted by key.
+    partners = _Partners.none()
     if va is not None:
         survive = np.zeros(nv, dtype=bool)
         v_inst = va.instance if va.instance is not None else np.arange(nv)
-        for key, idx in rows_per_key(va.keys, keep_v).items():
-            order = idx[np.lexsort((va.hi[idx], va.destroy_wall[idx]))]
-            _, second_before, _ = _best_two(va.hi[order], v_inst[order], before=True)
-            alive = order[va.lo[order] <= second_before]
-            survive[alive] = True
-            best, second, best_inst = _best_two(va.hi[alive], v_inst[alive], before=False)
-            partners[key] = _PartnerPrefix(va.destroy_wall[alive], np.minimum.accumulate(va.lo[alive]), best, second,
-                                           best_inst, alive)
+        order, key_of = _by_key_and_wall(va, keep_v)
+        best_before, second_before, _ = _segmented_best_two(va.hi[order], v_inst[order], key_of, before=True)
+        survives = va.lo[order] <= second_before
+        survive[order[survives]] = True
+        partners = _Partners.of(order[survives], key_of[survives], va, v_inst)
         dropped["dominated"] = int(keep_v.sum()) - int(survive.sum())
     # 3. each training candidate's best plan, bounded
     if va is None:
@@ -254,13 +257,12 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
         plan_lo, plan_hi = np.full(nt, _INF_F), np.full(nt, _INF_F)
         rooms = room_of(tr.wall)
         t_inst = tr.instance if tr.instance is not None else np.full(nt, -1)
-        for pp, mine in _with_partners(tr.need, keep_t, partners):
-            at = np.searchsorted(pp.walls, rooms[mine], side="right")
-            has = at > 0
-            mine, cut = mine[has], at[has] - 1
-            plan_lo[mine] = tr.lo[mine] + pp.lo[cut]
-            usable = np.where(pp.best_instance[cut] != t_inst[mine], pp.best[cut], pp.second[cut])
-            plan_hi[mine] = tr.hi[mine] + usable
+        mine = np.flatnonzero(keep_t & (tr.need >= 0))
+        cut = partners.last_no_later(tr.need[mine], rooms[mine])  # its latest partner that leaves it room
+        mine, cut = mine[cut >= 0], cut[cut >= 0]
+        plan_lo[mine] = tr.lo[mine] + partners.lo[cut]
+        usable = np.where(partners.best_instance[cut] != t_inst[mine], partners.best[cut], partners.second[cut])
+        plan_hi[mine] = tr.hi[mine] + usable
         if lease_ok.any():
             np.minimum.at(plan_lo, le.t[lease_ok], le.lo[lease_ok])
             np.minimum.at(plan_hi, le.t[lease_ok], le.hi[lease_ok])
@@ -282,11 +284,8 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
     kept_v = np.zeros(nv, dtype=bool)
     if va is not None:
         kept_v[le.v[kept_leases]] = True
-        rooms = room_of(tr.wall)
-        for pp, mine in _with_partners(tr.need, kept_t, partners):
-            kept_v[pp.alive[:np.searchsorted(pp.walls, rooms[mine].max(), side="right")]] = True
-    second_by_wall = {key: (pp.walls, pp.second) for key, pp in partners.items()}
-    return Kept(kept_t, kept_v, kept_leases, dropped, group_ub, float(threshold), second_by_wall)
+        kept_v[partners.no_later(tr.need[kept_t], room_of(tr.wall)[kept_t])] = True
+    return Kept(kept_t, kept_v, kept_leases, dropped, group_ub, float(threshold), partners)
 
 
 def stable_order(codes: np.ndarray) -> np.ndarray:
@@ -311,51 +310,181 @@ def rows_per_key(keys: np.ndarray, alive: np.ndarray) -> dict[int, np.ndarray]:
             for group_keys, group_rows in zip(np.split(flat, cut), np.split(rows, cut)) if len(group_keys)}
 
 
-@dataclass
-class _PartnerPrefix:
-    """The destroy-path partners of one validation key, by wall clock, with prefix bounds."""
+def _by_key_and_wall(va: ValidateArrays, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The alive validations once per key they satisfy, by key, then destroy wall, then upper
+    bound, then row (a stable sort): (rows, their key)."""
+    rows = np.repeat(np.arange(len(va.keys)), va.keys.shape[1])  # row-major: rows ascending per key
+    flat = va.keys.ravel()
+    ok = alive[rows] & (flat >= 0)
+    rows, flat = rows[ok], flat[ok]
+    order = np.lexsort((va.hi[rows], va.destroy_wall[rows], flat))
+    return rows[order], flat[order]
 
-    walls: np.ndarray
+
+def _segment_starts(seg: np.ndarray) -> np.ndarray:
+    """Mask of the first element of each run of equal, sorted segment labels."""
+    first = np.ones(len(seg), dtype=bool)
+    first[1:] = seg[1:] != seg[:-1]
+    return first
+
+
+def _ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values ascending, each value's rank 1..n among them; NaN: rank 0)."""
+    distinct, rank = np.unique(values, return_inverse=True)
+    rank = rank.reshape(-1).astype(np.int64) + 1
+    rank[np.isnan(values)] = 0
+    return distinct, rank
+
+
+def _segmented_min_accumulate(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """np.minimum.accumulate within each run of equal, sorted labels `seg` (NaN spreads as there).
+
+    Few runs: one accumulate each. Many: exact in one pass, as values become their ranks and each
+    earlier run is lifted above every later one, so one integer running minimum never reaches
+    back past a run's start.
+
+    >>> _segmented_min_accumulate(np.array([3.0, 1.0, 2.0, 5.0, np.nan, 4.0]), np.array([0, 0, 0, 1, 1, 2])).tolist()
+    [3.0, 1.0, 1.0, 5.0, nan, 4.0]
+    """
+    values = values.astype(float)
+    first = _segment_starts(seg)
+    if not len(values) or first.sum() <= FEW_SEGMENTS:
+        out = np.empty_like(values)
+        bounds = np.r_[np.flatnonzero(first), len(values)]
+        for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            np.minimum.accumulate(values[start:stop], out=out[start:stop])
+        return out
+    distinct, rank = _ranks(values)
+    number = np.cumsum(first) - 1
+    lift = (number[-1] - number) * (len(distinct) + 1)
+    least = np.minimum.accumulate(lift + rank) - lift
+    return np.r_[np.nan, distinct][least]
+
+
+def _segmented_best_two(values: np.ndarray, instances: np.ndarray, seg: np.ndarray, *, before: bool
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Within each run of equal, sorted labels `seg`: the running minimum, the running second
+    minimum and the minimum's instance (values on distinct instances); `before=True` gives them
+    over the elements of the run strictly before each position (inf, inf, -1 at its start).
+
+    The second minimum of a prefix is min over it of max(x_k, the minimum before k).
+
+    >>> b, s, i = _segmented_best_two(np.array([5.0, 3.0, 4.0, 1.0, 2.0, 6.0]), np.arange(6),
+    ...                               np.array([0, 0, 0, 0, 1, 1]), before=False)
+    >>> b.tolist(), s.tolist(), i.tolist()
+    ([5.0, 3.0, 3.0, 1.0, 2.0, 2.0], [inf, 5.0, 4.0, 3.0, inf, 6.0], [0, 1, 1, 3, 4, 4])
+    """
+    first = _segment_starts(seg)
+    best = _segmented_min_accumulate(values, seg)
+    best_before = _shifted(best, first, _INF_F)
+    second = _segmented_min_accumulate(np.maximum(values, best_before), seg)
+    positions = np.arange(len(values))
+    at_best = np.maximum.accumulate(np.where((values <= best_before) | first, positions, 0)) if len(values) \
+        else positions
+    best_instance = instances[at_best]
+    if before:
+        return best_before, _shifted(second, first, _INF_F), _shifted(best_instance, first, -1)
+    return best, second, best_instance
+
+
+def _shifted(values: np.ndarray, first: np.ndarray, fill: float) -> np.ndarray:
+    """Each element's predecessor within its segment (`fill` at a segment's start)."""
+    out = np.empty_like(values)
+    out[1:] = values[:-1]
+    out[first] = fill
+    return out
+
+
+@dataclass
+class _Partners:
+    """The destroy-path partners of every validation key: one segment per key (keys ascending),
+    by wall clock within it, with prefix bounds over the segment."""
+
+    keys: np.ndarray  # the keys with partners, ascending
+    start: np.ndarray  # each key's segment in the arrays below
+    seg: np.ndarray  # per partner: the number of its key's segment
+    walls: np.ndarray  # destroy walls, ascending within a segment
     lo: np.ndarray  # lowest lower bound so far
     best: np.ndarray  # lowest upper bound so far ...
     second: np.ndarray  # ... and the lowest on an instance other than the best's
     best_instance: np.ndarray
     alive: np.ndarray  # their indices in the validation arrays
 
+    @classmethod
+    def none(cls) -> _Partners:
+        z, i = np.zeros(0), np.zeros(0, dtype=np.int64)
+        return cls(i, i, i, z, z, z, z, i, i)
 
-def _best_two(values: np.ndarray, instances: np.ndarray, *, before: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Running minimum, running second minimum and the minimum's instance (values on distinct
-    instances); `before=True` gives them over the elements strictly before each position.
+    @classmethod
+    def of(cls, rows: np.ndarray, keys: np.ndarray, va: ValidateArrays, instances: np.ndarray) -> _Partners:
+        """From the surviving validations `rows`, sorted by key (`keys`) and destroy wall."""
+        first = _segment_starts(keys)
+        best, second, best_instance = _segmented_best_two(va.hi[rows], instances[rows], keys, before=False)
+        return cls(keys[first], np.flatnonzero(first), np.cumsum(first) - 1, va.destroy_wall[rows],
+                   _segmented_min_accumulate(va.lo[rows], keys), best, second, best_instance, rows)
 
-    The second minimum of a prefix is min over it of max(x_k, the minimum before k).
+    def _segment(self, keys: np.ndarray) -> np.ndarray:
+        """The segment of each key (-1: a key without partners)."""
+        # keys are small non-negative numbers: a table of them, one slot past the largest for the rest
+        top = int(self.keys[-1]) + 1 if len(self.keys) else 0
+        table = np.full(top + 1, -1, dtype=np.int64)
+        table[self.keys] = np.arange(len(self.keys))
+        return table[np.where((keys >= 0) & (keys < top), keys, top)]
 
-    >>> b, s, i = _best_two(np.array([5.0, 3.0, 4.0, 1.0]), np.array([0, 1, 2, 3]), before=False)
-    >>> b.tolist(), s.tolist(), i.tolist()
-    ([5.0, 3.0, 3.0, 1.0], [inf, 5.0, 4.0, 3.0], [0, 1, 1, 3])
-    """
-    if not len(values):
-        return values, values, instances
-    best = np.minimum.accumulate(values)
-    best_before = np.concatenate(([_INF_F], best[:-1]))
-    second = np.minimum.accumulate(np.maximum(values, best_before))
-    positions = np.arange(len(values))
-    at_best = np.maximum.accumulate(np.where(values <= best_before, positions, 0))
-    best_instance = instances[at_best]
-    if before:
-        return (best_before, np.concatenate(([_INF_F], second[:-1])),
-                np.concatenate(([-1], best_instance[:-1])))
-    return best, second, best_instance
+    def last_no_later(self, keys: np.ndarray, walls: np.ndarray) -> np.ndarray:
+        """Per (key, wall): the index of the key's last partner whose wall is <= it (as
+        searchsorted(side="right") within the key's segment, less one); -1: none. `keys` may
+        have a column per key of a row, `walls` one per row."""
+        return self._cut(self._segment(keys), walls)
 
+    def _cut(self, seg: np.ndarray, walls: np.ndarray) -> np.ndarray:
+        if not len(self.keys):
+            return np.full(seg.shape, -1, dtype=np.int64)
+        # one searchsorted over (segment, rank of wall) numbers; a wall's rank is how many distinct
+        # partner walls are <= it, so the numbers keep searchsorted's order (NaN last) exactly.
+        # Segment -1 (no partners) gives numbers below every partner's: none found.
+        distinct = np.unique(self.walls)
+        width = len(distinct) + 1
+        mine = self.seg * width + np.searchsorted(distinct, self.walls, side="right")
+        rank = np.searchsorted(distinct, walls, side="right")
+        at = np.searchsorted(mine, seg * width + (rank[:, None] if seg.ndim == 2 else rank), side="right")
+        start = np.append(self.start, np.iinfo(np.int64).max)[seg]
+        return np.where(at > start, at - 1, -1)
 
-def _with_partners(need: np.ndarray, alive: np.ndarray, partners: dict):  # type: ignore[no-untyped-def]
-    """(a key's partner structure, the alive training rows that need that key), per key that has one."""
-    for key, rows in rows_per_key(need[:, None], alive).items():
-        if key in partners:
-            yield partners[key], rows
+    def no_later(self, keys: np.ndarray, walls: np.ndarray) -> np.ndarray:
+        """The partners (validation indices) of every key in `keys` whose wall is <= the
+        largest of that key's `walls`."""
+        seg = self._segment(keys)
+        known = seg >= 0
+        if not known.any():
+            return np.zeros(0, dtype=np.int64)
+        latest = np.full(len(self.keys), -np.inf)
+        np.maximum.at(latest, seg[known], walls[known])
+        wanted = np.unique(seg[known])
+        last = self.last_no_later(self.keys[wanted], latest[wanted])
+        wanted, last = wanted[last >= 0], last[last >= 0]
+        marks = np.zeros(len(self.walls) + 1, dtype=np.int64)  # +1 at a range's start, -1 past its end
+        np.add.at(marks, self.start[wanted], 1)
+        np.add.at(marks, last + 1, -1)
+        return self.alive[np.cumsum(marks[:-1]) > 0]
 
+    def of_key(self, key: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """One key's partners' walls (ascending) and, at each, the second-lowest upper bound on
+        distinct instances among those no slower; None: the key has none."""
+        seg = int(self._segment(np.array([key]))[0])
+        if seg < 0:
+            return None
+        stop = self.start[seg + 1] if seg + 1 < len(self.start) else len(self.walls)
+        return self.walls[self.start[seg]:stop], self.second[self.start[seg]:stop]
 
-def _min_per_key(keys: np.ndarray, values: np.ndarray, alive: np.ndarray) -> dict[int, float]:
-    return {k: float(values[idx].min()) for k, idx in rows_per_key(keys, alive).items()}
+    def second_no_later(self, keys: np.ndarray, walls: np.ndarray) -> np.ndarray:
+        """Per (key, wall): the second-lowest upper bound on distinct instances among the key's
+        partners no slower than the wall (inf: none); NaN where the key has no partners. `keys`
+        and the result: as in `last_no_later`."""
+        seg = self._segment(keys)
+        out = np.append(self.second, _INF_F)[self._cut(seg, walls)]  # -1 reads the inf
+        out[seg < 0] = np.nan
+        return out
 
 
 @dataclass

@@ -53,7 +53,7 @@ TESTS: dict[str, tuple[str, ...]] = {
             "tests/test_runnable_plans.py", "tests/test_measured_peak.py",
             "tests/test_doctests.py::test_docstring_examples[rentopt.optimizer.job]"),
     "solver": ("tests/test_rules_solver.py", "tests/test_solver.py", "tests/test_solver_property.py",
-               "tests/test_doctests.py::test_docstring_examples[rentopt.optimizer.solver]"),
+               "tests/test_prune_segments.py", "tests/test_doctests.py::test_docstring_examples[rentopt.optimizer.solver]"),
     "billing": ("tests/test_rules_billing.py", "tests/test_billing.py", "tests/test_solver.py",
                 "tests/test_solver_property.py", "tests/test_quote.py",
                 "tests/test_doctests.py::test_docstring_examples[rentopt.optimizer.billing]"),
@@ -216,7 +216,7 @@ MUTATIONS: tuple[Mutation, ...] = (
       "    if False:\n        return keep"),
     M("solver", "a validation pruned as dominated by one faster, cheaper validation that may sit on the "
                 "training instance",
-      "alive = order[va.lo[order] <= second_before]", "alive = order[va.lo[order] <= best_before]"),
+      "survives = va.lo[order] <= second_before", "survives = va.lo[order] <= best_before"),
     M("solver", "the deadline checked without the idle gap",
       "else deadline - idle_hours - walls)", "else deadline - walls)"),
     M("solver", "a group's bound taken from its worst plan",

@@ -65,6 +65,12 @@ _MD_SPECIAL = re.compile(r"([\\`*|\[\]~#!])")
 _MD_LIST_START = re.compile(r"^([-+]|\d{1,9}[.)])(?=\s)")
 
 
+# Text that escaping leaves as it is: words of letters, digits and punctuation that is never
+# markup, one space apart (no edge or repeated space to strip, no control character), unless
+# it starts like a list item. Most table cells are such (numbers, names, dates).
+_MD_PLAIN = re.compile(r"[A-Za-z0-9.,:;%/()=+@$'\"{}?^-]+(?: [A-Za-z0-9.,:;%/()=+@$'\"{}?^-]+)*")
+
+
 def escape_markdown(text: object) -> str:
     """Text made inert in Markdown, in a table cell or a list item: no HTML, links, code,
     emphasis, headings or cell breaks. The result is one line.
@@ -74,7 +80,10 @@ def escape_markdown(text: object) -> str:
     >>> escape_markdown("gpu_1x_a10"), escape_markdown("`rm -rf` _x_"), escape_markdown("1. first")
     ('gpu_1x_a10', '\\\\`rm -rf\\\\` \\\\_x\\\\_', '1\\\\. first')
     """
-    s = one_line(re.sub(r"\s*[\r\n]+\s*", " ", str(text)).strip())
+    s = str(text)
+    if _MD_PLAIN.fullmatch(s) and not _MD_LIST_START.match(s):
+        return s
+    s = one_line(re.sub(r"\s*[\r\n]+\s*", " ", s).strip())
     s = html.escape(s, quote=False)
     s = _MD_SPECIAL.sub(r"\\\1", s)
     # An underscore inside a word never starts emphasis (CommonMark); at a word edge it may.

@@ -6,6 +6,8 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from rentopt.optimizer.text import escape_html, escape_markdown
@@ -91,3 +93,28 @@ def test_offer_text_in_html_is_text(text):
     out.feed(f'<table><tr><td title="{escape_html(text)}">{escape_html(text)}</td></tr></table>')
     assert out.tags == ["table", "tr", "td"]
     assert out.cells == [text]
+
+
+def _escape_markdown_in_full(text: object) -> str:
+    """escape_markdown's every step, for any text (the function skips them for plain text)."""
+    import html
+    import re
+
+    from rentopt.optimizer.text import _MD_LIST_START, _MD_SPECIAL, one_line
+
+    s = one_line(re.sub(r"\s*[\r\n]+\s*", " ", str(text)).strip())
+    s = _MD_SPECIAL.sub(r"\\\1", html.escape(s, quote=False))
+    s = re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\\_", s)
+    return _MD_LIST_START.sub(lambda m: m.group(1)[:-1] + "\\" + m.group(1)[-1], s)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("aZ09 .,:;%/()=+@$'\"{}?^-_\\`*|[]~#!<>&\t\n\r\x1b\u00e9")), max_size=12)
+       | st.from_regex(r"[-+]|\d{1,3}[.)]", fullmatch=True).map(lambda m: m + " x"))
+def test_plain_text_skips_no_step_that_would_change_it(text):
+    assert escape_markdown(text) == _escape_markdown_in_full(text)
+
+
+@pytest.mark.parametrize("text", ["1.49", "- 3", "+ 2", "1) x", "2. first", " lead", "trail ", "a  b", "x_y", "12:00 UTC"])
+def test_plain_text_edges(text):
+    assert escape_markdown(text) == _escape_markdown_in_full(text)

@@ -66,6 +66,9 @@ class OfferTable:
     extra_notes: dict[int, str] = field(default_factory=dict)  # row -> a note the offer carries (sheet GPU names)
     resolve: Callable[[Sequence[int]], list[Offer]] | None = None
     _codes: dict[str, tuple[np.ndarray, list]] = field(default_factory=dict, repr=False)  # see `category`
+    # What is worked out from the columns once and read by several passes (suspect.suspect_rows);
+    # not copied by take or dataclasses.replace (init=False): another table has its own.
+    _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def n(self) -> int:

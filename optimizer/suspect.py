@@ -47,7 +47,17 @@ class Suspect:
 
 
 def suspect_rows(table: Any) -> dict[int, Suspect]:
-    """Row -> Suspect for every row of an OfferTable whose hourly price is suspect (any kind)."""
+    """Row -> Suspect for every row of an OfferTable whose hourly price is suspect (any kind).
+    Worked out once per table (a report plans the same table once per job)."""
+    derived = getattr(table, "_derived", None)
+    if derived is None:
+        return _suspect_rows(table)
+    if "suspect_rows" not in derived:
+        derived["suspect_rows"] = _suspect_rows(table)
+    return dict(derived["suspect_rows"])
+
+
+def _suspect_rows(table: Any) -> dict[int, Suspect]:
     found: dict[int, Suspect] = {}
     if not table.n:
         return found

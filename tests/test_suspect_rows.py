@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from statistics import median
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,3 +66,19 @@ def test_suspect_rows_follow_the_rule(rows):
     offers = [offer(p, i, g, price, spot=spot, currency=ccy, gpus=n) for i, (p, g, price, spot, ccy, n) in enumerate(rows)]
     found = suspect_rows(OfferTable.from_offers(offers))
     assert {r: (s.kind, s.per_gpu, s.others_median, s.others) for r, s in found.items()} == by_the_rule(offers)
+
+
+def test_worked_out_once_per_table_and_never_carried_to_another():
+    """The memo belongs to one table: a slice of it (`take`) has other neighbours, so its own
+    answer; a caller that changes the returned dict changes nothing for the next. Here: four
+    providers sell H100 at 2.00, 2.10 and 2.20, 'cut' at 0.10 (under 1/5 of 2.10). Without
+    'b' and 'c' only 'a' is left to compare with: fewer than two others, nothing suspect."""
+    offers = [offer("a", 1, "H100-SXM-80GB", "2.00"), offer("b", 1, "H100-SXM-80GB", "2.10"),
+              offer("c", 1, "H100-SXM-80GB", "2.20"), offer("cut", 1, "H100-SXM-80GB", "0.10")]
+    table = OfferTable.from_offers(offers)
+    first = suspect_rows(table)
+    assert list(first) == [3]
+    first.clear()
+    assert list(suspect_rows(table)) == [3]
+    assert suspect_rows(table.take(np.array([0, 3]))) == {}
+    assert list(suspect_rows(table.take(np.array([1, 2, 3, 0])))) == [2]

@@ -15,9 +15,7 @@ is nothing to compare with.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
-from statistics import median
 from typing import Any
 
 import numpy as np
@@ -84,33 +82,56 @@ def _suspect_rows(table: Any) -> dict[int, Suspect]:
         # statistics.median's own arithmetic: the middle value, or the mean of the middle two
         medians = np.where(sizes % 2 == 1, v_sorted[middle_at],
                            (v_sorted[np.maximum(middle_at - 1, starts)] + v_sorted[middle_at]) / 2)
-        groups: dict[int, dict[int, float]] = defaultdict(dict)  # (gpu, currency) -> provider -> median
-        for k, m in zip(key_sorted[starts].tolist(), medians.tolist()):
-            groups[k // len(providers)][k % len(providers)] = m
         # The median of the OTHER providers' medians depends on the group and the provider, not
-        # the row: worked out once per (group, provider), not once per row.
-        threshold = np.full(len(starts), np.nan)
-        others_of: dict[int, tuple[float, int]] = {}
-        for at, k in enumerate(key_sorted[starts].tolist()):
-            mine = groups[k // len(providers)]
-            if len(mine) <= MIN_OTHER_PROVIDERS:
-                continue
-            others = [m for q, m in mine.items() if q != k % len(providers)]
-            if len(others) >= MIN_OTHER_PROVIDERS:
-                others_of[k] = (median(others), len(others))
-                threshold[at] = SUSPECT_SHARE * others_of[k][0]
-        if not others_of:
+        # the row: per (group, provider), from the group's medians sorted once (`_others_median`).
+        group = key_sorted[starts] // len(providers)
+        middle, others = _others_median(medians, group)
+        threshold = np.where(others >= MIN_OTHER_PROVIDERS, SUSPECT_SHARE * middle, np.nan)
+        if np.isnan(threshold).all():
             continue
-        limit = np.empty(len(rows))
-        limit[order] = np.repeat(threshold, sizes)
+        segment = np.empty(len(rows), dtype=np.int64)  # row (in `rows` order) -> its (group, provider)
+        segment[order] = np.repeat(np.arange(len(starts)), sizes)
         with np.errstate(invalid="ignore"):
-            under = np.flatnonzero(v < limit)  # NaN (no comparison) is never under
+            under = np.flatnonzero(v < threshold[segment])  # NaN (no comparison) is never under
         for i in under.tolist():
             r = int(rows[i])
             if r not in found:
-                middle, count = others_of[int(key[i])]
-                found[r] = Suspect(kind, float(v[i]), middle, count, currencies[int(c[i])])
+                at = int(segment[i])
+                found[r] = Suspect(kind, float(v[i]), float(middle[at]), int(others[at]), currencies[int(c[i])])
     return found
+
+
+def _others_median(medians: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per provider of a group (`group`: sorted labels, one per provider): the median of the
+    group's OTHER providers' `medians`, as statistics.median takes it (the middle value, or the
+    mean of the middle two), and how many others there are (the median is NaN below 2).
+
+    >>> m, n = _others_median(np.array([4.0, 1.0, 2.0, 8.0, 5.0]), np.array([0, 0, 0, 1, 1]))
+    >>> m.tolist(), n.tolist()  # group 0: others of 4 are 1, 2 -> 1.5; of 1: 2, 4 -> 3.0; of 2: 1, 4 -> 2.5
+    ([1.5, 3.0, 2.5, nan, nan], [2, 2, 2, 1, 1])
+    """
+    if not len(medians):
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    first = np.r_[True, group[1:] != group[:-1]]
+    start_of_group = np.flatnonzero(first)
+    size = np.diff(np.r_[start_of_group, len(group)])
+    per = np.repeat(np.arange(len(start_of_group)), size)
+    start, others = start_of_group[per], size[per] - 1
+    order = np.lexsort((medians, per))  # each group's medians ascending, groups in place
+    ascending = medians[order]
+    pos = np.empty(len(medians), dtype=np.int64)
+    pos[order] = np.arange(len(medians)) - start[order]  # each provider's place in its group
+
+    def other(k: np.ndarray) -> np.ndarray:
+        """The k-th smallest of the others (k < others): its own place skipped. (A group of one
+        reads past itself, clipped to the array: its median is NaN all the same.)"""
+        return ascending[np.minimum(start + k + (k >= pos), len(ascending) - 1)]
+
+    half = others // 2
+    enough = others >= 2
+    low, high = other(np.where(enough, np.maximum(half - 1, 0), 0)), other(np.where(enough, half, 0))
+    middle = np.where(others % 2 == 1, high, (low + high) / 2)
+    return np.where(enough, middle, np.nan), others
 
 
 def suspect_offers(offers: list) -> dict[tuple[str, str], str]:

@@ -669,6 +669,8 @@ def _cover(pricing: RentalPricing, seconds: int, window_s: int = 0) -> tuple[tup
 
 @dataclass(frozen=True)
 class StageBill:
+    """One priced stage of a plan: its billed lines (an unknown price stays a line, not a 0)."""
+
     kind: StageKind
     use_id: str
     lines: tuple[Line, ...]
@@ -933,6 +935,8 @@ class IdleOption:
 
 @dataclass(frozen=True)
 class PlanBill:
+    """A whole plan priced: its choice, each stage's bill, and the idle option not taken."""
+
     choice: Choice
     stages: tuple[StageBill, ...]
     currency: str

@@ -51,6 +51,8 @@ def _tick_text(v: float) -> str:
 
 @dataclass
 class Bar:
+    """One bar of a chart: its stacked segments, or a note where there is no bar."""
+
     label: str
     segments: list[tuple[float, str, str]]  # (value, colour, tooltip)
     value_text: str

@@ -223,6 +223,8 @@ def runtime_for(setup: TrainingSetup, gpu: GpuSpec, capabilities: Capabilities =
 
 @dataclass
 class Fit:
+    """A layout that holds the job, with the memory estimate it was judged on."""
+
     layout: Layout
     memory: MemoryEstimate
     host_ram_matters: bool = True  # False: find_layout gives this for any host RAM (see there)
@@ -230,6 +232,8 @@ class Fit:
 
 @dataclass
 class NoFit:
+    """Why no layout holds the job on a shape: the constraint, in words, and by how much."""
+
     constraint: RejectReason
     reason: str
     overshoot: float | None = None  # GPU memory needed / available, for the closest miss
@@ -294,6 +298,8 @@ def link_fields(shape: NodeShape) -> dict:
 
 @dataclass(frozen=True)
 class _Rung:
+    """One step of the ladder: a sharding/offload/parallelism combination to try."""
+
     strategy: str
     zero: int = 0
     fsdp: bool = False

@@ -297,6 +297,8 @@ def select_gpus(gpu_class: str | None = None, min_memory_gb: float | None = None
 
 @dataclass(frozen=True)
 class AliasIndex:
+    """GPU spellings by canonical key: the ones that name one record, and the ambiguous ones."""
+
     exact: Mapping[str, str]  # canonical key -> id
     ambiguous: Mapping[str, tuple[str, ...]]  # canonical key -> candidate ids, catalog order
     sheet_defaults: Mapping[str, str] = field(default_factory=dict)  # ambiguous key -> the bare name's default id

@@ -189,6 +189,8 @@ class _Bytes:
 
 @dataclass(frozen=True)
 class _Precision:
+    """Bytes per element of each kind of state under one precision setting."""
+
     weight: float  # bytes per resident 16/32-bit weight
     grad: float
     master: float  # fp32 master copy (mixed precision)
@@ -640,6 +642,9 @@ def model_states_gb(model: ModelSpec, setup: TrainingSetup) -> float:
 
 @dataclass(frozen=True)
 class _Views:
+    """The peak as PyTorch reports it (allocated, reserved), as the device holds it, the exactly
+    known states, and what a GPU must have (required)."""
+
     allocated: float
     reserved: float
     device: float

@@ -87,6 +87,8 @@ class FxResult:
 
 @dataclass
 class RefreshReport:
+    """What one refresh did: each provider's result, the store it wrote, the exchange rates."""
+
     results: list[ProviderResult]
     store_path: Path
     fx: FxResult | None = None  # does not count in the exit code: offers keep their own currency
@@ -645,6 +647,8 @@ class OfferSource:
 
 @dataclass
 class Overview:
+    """What `rentopt providers` shows: each plugin, the broken ones, the store and offer sources."""
+
     providers: list[ProviderOverview]
     broken: list  # providers.base.BrokenPlugin
     store_path: Path

@@ -90,6 +90,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class PlanInstance:
+    """The solver's input: candidate validation and training runs, with the job's limits."""
+
     validate: tuple[Candidate, ...]
     train: tuple[Candidate, ...]
     idle_hours: Decimal = Decimal(0)
@@ -158,6 +160,8 @@ FEW_SEGMENTS = 32
 
 @dataclass
 class TrainArrays:
+    """The training candidates as arrays, one element each, for pruning."""
+
     lo: np.ndarray  # bounds of the candidate's own bill (known part)
     hi: np.ndarray
     wall: np.ndarray  # pessimistic hours (the deadline's)
@@ -169,6 +173,8 @@ class TrainArrays:
 
 @dataclass
 class ValidateArrays:
+    """The validation candidates as arrays, one element each, for pruning."""
+
     lo: np.ndarray  # bounds of the validation on its own instance, destroyed after (copy-out included)
     hi: np.ndarray
     wall: np.ndarray  # running hours kept (a lease)
@@ -179,6 +185,8 @@ class ValidateArrays:
 
 @dataclass
 class LeaseArrays:
+    """Validation-then-training pairs on one instance (a kept lease), as arrays."""
+
     v: np.ndarray  # index into the validation arrays
     t: np.ndarray  # index into the training arrays
     lo: np.ndarray  # bounds of the plan this pair gives: billing's idle choice between keeping the
@@ -192,6 +200,8 @@ class LeaseArrays:
 
 @dataclass
 class Kept:
+    """What pruning kept (masks over the arrays), what it dropped and why, and what it compared with."""
+
     train: np.ndarray  # bool masks
     validate: np.ndarray
     leases: np.ndarray
@@ -489,6 +499,8 @@ class _Partners:
 
 @dataclass
 class _Pruned:
+    """The pruned instance, with the exact prices worked out on the way."""
+
     validate: list[Candidate]
     train: list[Candidate]
     leases: dict[tuple[str, str], Bounds]  # (validate id, train id) -> bounds

@@ -270,6 +270,8 @@ class SnapshotDiff:
 
 @dataclass(frozen=True)
 class HistoryPoint:
+    """The cheapest GPU-hour, and how many offers, of one (provider, GPU, count, kind, currency) on one refresh."""
+
     provider: str
     fetched_at: datetime
     gpu: str

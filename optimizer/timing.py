@@ -181,6 +181,8 @@ class StepTime:
 
 @dataclass(frozen=True)
 class Throughput:
+    """The speed model's answer for one layout: tokens/s range, MFU, scaling, why."""
+
     tokens_per_second: tuple[float, float, float]  # (low, typical, high), whole layout
     mfu: float  # typical model-FLOPs utilisation per GPU (no recompute counted)
     scaling_efficiency: float  # typical rate / (GPUs x the same job's one-GPU rate)
@@ -192,6 +194,8 @@ class Throughput:
 
 @dataclass(frozen=True)
 class TrainingTime:
+    """Hours for a token count on one layout, with the range and assumptions behind them."""
+
     hours_low: float  # optimistic (fastest) end
     hours: float
     hours_high: float  # pessimistic end: what a deadline should use

@@ -109,6 +109,8 @@ def format_params(count: int) -> str:
 
 @dataclass(frozen=True)
 class _Catalog:
+    """The model presets file, read: specs, lookup keys, aliases and bare sizes."""
+
     presets: dict[str, ModelSpec]  # id -> spec, in file order
     keys: dict[str, str]  # normalised id or alias -> id
     aliases: dict[str, tuple[str, ...]]  # id -> aliases as written in the file

@@ -345,44 +345,54 @@ class _ArrowCells:
             column = column.chunk(0)
         return _numbers(column.indices), column.dictionary.to_pylist()
 
-    def offer_ids(self, j: int) -> tuple[Any, np.ndarray]:
-        """The id cells, stripped as offers_io strips them, and which are empty: one text buffer
-        (`Texts`) where no id has white space at either end, else a list of strings."""
-        import pyarrow.compute as pc
+    def offer_ids(self, j: int) -> tuple[Any, np.ndarray, np.ndarray]:
+        """The id cells, stripped as offers_io strips them, which are empty, and the rows whose id
+        holds a control character (row_check's `_CONTROL`: the door refuses such an id). The ids
+        are one text buffer (`Texts`) where no id has white space at either end, else a list.
 
+        The bytes of the column decide for most cells: str.strip() can only change a cell that
+        starts or ends with a byte up to 0x20 or a non-ASCII one, and a control character is a
+        byte under 0x20, 0x7f or non-ASCII; only such cells are looked at one by one."""
         column = self.table.column(j).combine_chunks()
-        # str.strip() removes ASCII white space and some non-ASCII spaces: only cells starting or
-        # ending with a byte up to 0x20 or a non-ASCII character are looked at one by one
-        unsure = pc.match_substring_regex(column, f"^{_EDGE_CHAR}|{_EDGE_CHAR}$")
-        if any(v != v.strip() for v in pc.filter(column, unsure).to_pylist()):
-            ids = [v.strip() for v in column.to_pylist()]
-            return ids, np.array([not v for v in ids], dtype=bool)
         offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
         chars = np.frombuffer(column.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
-        joined = np.insert(chars, offsets[1:-1] - offsets[0], 0)  # NUL-separated: no id holds a NUL (checked)
-        return Texts(joined.tobytes(), len(column)), np.diff(offsets) == 0
+        starts, ends = (offsets[:-1] - offsets[0]).astype(np.int64), (offsets[1:] - offsets[0]).astype(np.int64)
+        empty = starts == ends
+        filled = np.flatnonzero(~empty)
+        first, last = chars[starts[filled]], chars[ends[filled] - 1]
+        edged = filled[(first <= 0x20) | (first >= 0x80) | (last <= 0x20) | (last >= 0x80)]
+        if any(v != v.strip() for v in column.take(_arrow_ints(edged)).to_pylist()):
+            listed = [v.strip() for v in column.to_pylist()]
+            return listed, np.array([not v for v in listed], dtype=bool), self._control_rows(column, chars, ends)
+        joined = np.insert(chars, starts[1:], 0)  # NUL-separated: no id holds a NUL (a file with one is read exactly)
+        return Texts(joined.tobytes(), len(column)), empty, self._control_rows(column, chars, ends)
 
-    def control_rows(self, j: int) -> np.ndarray:
-        """The rows whose column j holds a control character (row_check's `_CONTROL`, the door
-        refuses such an id): Arrow's regular expressions look, Python checks what they find."""
+    @staticmethod
+    def _control_rows(column: Any, chars: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """The rows of `column` (its bytes `chars`, each row ending at `ends`) whose cell,
+        stripped, holds a control character: rows holding a byte under 0x20, 0x7f or a
+        non-ASCII one, then Arrow's regular expression over those, then Python's pattern."""
         import pyarrow.compute as pc
 
-        found = _numbers(pc.indices_nonzero(pc.match_substring_regex(self.table.column(j), _CONTROL_RE2)))
-        return found[[bool(_CONTROL.search(self.table.column(j)[int(i)].as_py().strip())) for i in found]]
+        odd = np.flatnonzero((chars < 0x20) | (chars >= 0x7f))
+        rows = np.unique(np.searchsorted(ends, odd, side="right"))
+        if len(rows):
+            rows = rows[_numbers(pc.indices_nonzero(pc.match_substring_regex(column.take(_arrow_ints(rows)),
+                                                                             _CONTROL_RE2)))]
+        return rows[[bool(_CONTROL.search(v.strip())) for v in column.take(_arrow_ints(rows)).to_pylist()]]
 
     def ids_distinct(self, j: int) -> bool:
         """Whether every id cell differs from every other (stripping only merges ids that differ
-        by their white space: the slower check then decides)."""
+        by their white space: the slower check then decides). Arrow's hash table of the distinct
+        cells (`unique`; its `count_distinct` was slower)."""
         import pyarrow.compute as pc
 
-        return pc.count_distinct(self.table.column(j)).as_py() == self.n
+        return len(pc.unique(self.table.column(j))) == self.n
 
     def row(self, i: int) -> list[str]:
         return [self.table.column(j)[i].as_py() for j in range(self.table.num_columns)]
 
 
-# A character str.strip() may remove (ASCII up to the space, or any non-ASCII one), in RE2's syntax.
-_EDGE_CHAR = r"[\x00-\x20\x{80}-\x{10FFFF}]"
 # row_check._CONTROL in RE2's syntax (a superset is fine: Python's pattern decides)
 _CONTROL_RE2 = r"[\x00-\x1f\x7f-\x{9f}\x{200b}-\x{200f}\x{2028}-\x{202e}\x{2060}-\x{2069}\x{feff}]"
 
@@ -394,6 +404,15 @@ def _numbers(array: Any) -> np.ndarray:
 
     dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(array.type) else 'u'}{array.type.bit_width // 8}")
     return np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset:array.offset + len(array)]
+
+
+def _arrow_ints(values: np.ndarray) -> Any:
+    """Integers as an Arrow int64 array sharing their memory (pyarrow's own conversion of a
+    numpy array imports pandas, which a quote never needs)."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
 def _longest_cell(column: Any) -> int:
@@ -442,9 +461,9 @@ class _Reader:
         blank = np.zeros(n, dtype=bool)
         for i in np.flatnonzero(np.array([p is _BAD for p in providers], dtype=bool)[p_codes]):
             blank[i] = not any(c.strip() for c in cells.row(i))
-        ids, no_id = cells.offer_ids(self.column["offer_id"])
+        ids, no_id, control = cells.offer_ids(self.column["offer_id"])
         ok[no_id] = False
-        ok[cells.control_rows(self.column["offer_id"])] = False  # the door refuses such an id
+        ok[control] = False  # the door refuses such an id
         region_c, regions = mapped("region", _plain_text)
         source_c, sources = mapped("source", _plain_text)
         spot_c, spots = mapped("spot", _boolean)
@@ -678,10 +697,7 @@ def _spread(values: list, codes: np.ndarray) -> np.ndarray:
 def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, first) of integer keys: equal keys share a code, `first[c]` is code c's first row
     (Arrow's hash-based dictionary encoding: no sort of a million keys)."""
-    import pyarrow as pa
-
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
-    encoded = pa.Array.from_buffers(pa.int64(), len(keys), [None, pa.py_buffer(keys)]).dictionary_encode()
+    encoded = _arrow_ints(keys).dictionary_encode()
     codes = _numbers(encoded.indices).astype(np.int64)
     first = np.empty(len(encoded.dictionary), dtype=np.int64)
     first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the last write wins: the first row

@@ -15,6 +15,7 @@ from rentopt.optimizer.errors import InputError, OffersFileError
 from rentopt.optimizer.offer_table import OfferTable
 from rentopt.optimizer.offers_io import read_offers_file, write_offers_json
 from rentopt.optimizer.offers_reader import read_offers_table
+from rentopt.optimizer.row_check import _CONTROL
 from tests.table_checks import assert_same_table
 
 HEADER = "provider,offer_id,gpu,gpus,price_hour,price_day,price_week,price_month,currency,storage_gb_month,egress_gb," \
@@ -69,6 +70,8 @@ def test_the_same_offers_as_the_line_reader(tmp_path):
     HEADER + "\n\n".join(LINES) + "\n\n,,,,,,,,,,,,,,,\n",  # blank lines and an empty line of commas
     HEADER + LINES[0] + '\n"alpha","q1","RTX 4090","1","0.35",,,,"USD",,,,,"Helsinki, FI",no,\n',  # quoted cells
     HEADER + LINES[0] + '\nalpha,m1,"RTX\n4090",1,0.35,,,,USD,,,,,,no,\n',  # a cell over two lines
+    (HEADER + LINES[0] + "\nalpha,\u3000\u6a21\u578b 1\u3000,RTX 4090,1,0.35,,,,USD,,,,,,no,\n"  # ids stripped of a
+     "alpha,\u00e9-\u00a0,RTX 4090,1,0.35,,,,USD,,,,,,no,\nalpha,\u00e9-2 ,RTX 4090,1,0.35,,,,USD,,,,,,no,\n"),  # non-ASCII space
     HEADER + LINES[0] + "\nalpha,short,RTX 4090,1,0.35,,,,USD\n",  # fewer cells than columns
     HEADER + "alpha,edge,RTX 4090,1,0.001,,,,USD,,,,,,no,\n",  # exactly on the band's lower edge: sane
     HEADER + "alpha,edge,RTX 4090,2,400,,,,USD,,,,,,no,\n",  # 200 per GPU-hour: the upper edge
@@ -77,7 +80,7 @@ def test_the_same_offers_as_the_line_reader(tmp_path):
     "x,1,Mystery GPU 9000,1,0.50,USD,24,2026-11-01T00:00:00Z,my sheet,,everything,14,50\n"  # an unknown GPU kept
     "x,2,A100,4,5.00,USD,80,2026-11-02T00:00:00+08:00,,SXM,nothing,,0\n"
     "x,3,H100,8,20,EUR,,,,,,,\n",
-], ids=["no-final-newline", "crlf", "bom", "blank-lines", "quotes", "multi-line-cell", "short-line", "band-low",
+], ids=["no-final-newline", "crlf", "bom", "blank-lines", "quotes", "multi-line-cell", "non-ascii-ids", "short-line", "band-low",
         "band-high", "other-columns"])
 def test_the_same_offers_for_files_people_write(tmp_path, text):
     """Every dialect through the one columnar path (a BOM shifts every line by 3 bytes: the
@@ -114,6 +117,9 @@ BAD = [
     HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,,,,,USD,,,,,,no,\n",  # no price at all
     HEADER + LINES[0] + "\nalpha,,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",
     HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,USD,,,,,,no,,extra\n",  # more cells than columns
+    HEADER + LINES[0] + "\nalpha,z\x07,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",  # an id holding a control character
+    HEADER + LINES[0] + "\nalpha,\u6a21\u200b1,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",  # a non-ASCII one (zero width)
+    HEADER + LINES[0] + "\nalpha, \u00e9\u0085x ,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",  # a C1 control, the id stripped
     HEADER + LINES[0] + "\n" + LINES[0] + "\n",  # the same offer twice
     HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0,,,,USD,,,,,,no,\n" + "alpha,q,\x00,1\n",  # a bad line, then a NUL
     HEADER + LINES[0] + "\nalpha,q,\x00,1\nalpha,z,RTX 4090,1,0,,,,USD,,,,,,no,\n",  # a NUL, then a bad line
@@ -171,7 +177,9 @@ def test_a_json_file_is_the_same_offers(tmp_path):
     check_same(path)
 
 
-CELL = st.text(alphabet=st.sampled_from(list('ab9 .-,"') + ["\u00e9", "\u3000", "\u6a21", "\u00a0"]), max_size=12)
+CELL = st.text(alphabet=st.sampled_from(list('ab9 .-,"') + ["\u00e9", "\u3000", "\u6a21", "\u00a0", "\x07", "\x7f",
+                                                             "\u0085", "\u200b", "\u2028", "\u00bf", "\uff01"]),
+               max_size=12)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -201,6 +209,8 @@ def test_cells_are_coded_and_ids_stripped_as_the_csv_module_reads_them(rows, lin
     assert cells.line_numbers.tolist() == list(range(2, 2 + len(want)))
     codes, values = cells.distinct(1)
     assert [values[c] for c in codes] == [v for _, v in want] and len(set(values)) == len(values)
-    ids, empty = cells.offer_ids(0)
+    ids, empty, control = cells.offer_ids(0)
     assert list(ids) == [k.strip() for k, _ in want]
     assert empty.tolist() == [not k.strip() for k, _ in want]
+    # the door's rule, applied cell by cell (row_check's pattern)
+    assert control.tolist() == [i for i, (k, _) in enumerate(want) if _CONTROL.search(k.strip())]

@@ -45,3 +45,26 @@ def test_a_bundled_quote_loads_no_library_or_module_it_does_not_use(tmp_path):
     loaded = [m for m in result["modules"] if any(m == n or m.startswith(n + ".") for n in NOT_LOADED)]
     assert loaded == []
     assert "rentopt.optimizer.planner" in result["modules"]  # the probe sees rentopt's own imports
+
+
+FILE_NOT_LOADED = ("ortools", "pandas", "polars", "httpx", "yaml", "rentopt.providers", "rentopt.optimizer.refresh")
+
+
+def test_an_offers_file_quote_loads_no_library_it_does_not_use(tmp_path):
+    """pyarrow reads the file; pandas (which some of pyarrow's conversions import) must not
+    load. The ids take the reader's slower paths: non-ASCII, stripped of white space."""
+    offers = tmp_path / "offers.csv"
+    offers.write_text("provider,offer_id,gpu,gpus,price_hour,currency\n"
+                      "alpha,\u6a21\u578b-1,RTX 4090,1,0.35,USD\n"
+                      "alpha, a2\u3000,RTX 4090,1,0.36,USD\n"
+                      "beta,b1,A100-SXM4-80GB,8,7.49,USD\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RENTOPT_")}
+    env["RENTOPT_HOME"] = str(tmp_path / "home")
+    run = RUN.replace('"--format", "json"]', f'"--format", "json", "--offers-file", {str(offers)!r}]')
+    done = subprocess.run([sys.executable, "-c", run], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["quote"]["plans"], "the quote found no plan"
+    loaded = [m for m in result["modules"] if any(m == n or m.startswith(n + ".") for n in FILE_NOT_LOADED)]
+    assert loaded == []
+    assert "rentopt.optimizer.offers_reader" in result["modules"]  # the file went through the columnar reader

@@ -166,25 +166,24 @@ class _Lines:
     def __init__(self, data: bytes):
         self.data: bytes | None = data
         self.size = len(data)
-        self.ends: np.ndarray | None = None  # where each line ends, found when first needed
+        # where each line ends, a block of bytes at a time (one comparison of the whole file
+        # would hold a flag per byte); a file is at most MAX_OFFERS_FILE_BYTES, so int32 holds it
+        view, block = np.frombuffer(data, dtype=np.uint8), 1 << 22
+        self.ends = np.concatenate([np.zeros(0, np.int32)] + [
+            np.flatnonzero(view[at:at + block] == 10).astype(np.int32) + np.int32(at) for at in range(0, self.size, block)])
+        self.count = len(self.ends) + (0 if data.endswith(b"\n") else 1)  # as the csv module counts lines
         self._file: tuple[Path, int, tuple] | None = None
 
     def from_file(self, path: Path, skipped: int, signature: tuple) -> None:
         """Read lines again from `path` (whose first `skipped` bytes are not in the data; it
         had `signature` when read) instead of holding its bytes."""
-        self._line_ends()
         self._file, self.data = (path, skipped, signature), None
 
-    def _line_ends(self) -> np.ndarray:
-        if self.ends is None:
-            self.ends = np.flatnonzero(np.frombuffer(self.data, dtype=np.uint8) == 10)  # type: ignore[arg-type]
-        return self.ends
-
-    def texts(self, ranges: Sequence[tuple[int, int]]) -> list[str]:
-        """Lines `first` to `last` (1-based, inclusive) of each range, as text."""
-        ends = self._line_ends()
-        cuts = [(0 if first == 1 else int(ends[first - 2]) + 1, int(ends[last - 1]) + 1 if last - 1 < len(ends)
-                 else self.size) for first, last in ranges]
+    def texts(self, numbers: Sequence[int]) -> list[str]:
+        """Lines `numbers` (1-based), as text."""
+        ends = self.ends
+        cuts = [(0 if line == 1 else int(ends[line - 2]) + 1, int(ends[line - 1]) + 1 if line - 1 < len(ends)
+                 else self.size) for line in numbers]
         if self.data is not None:
             return [self.data[start:stop].decode("utf-8") for start, stop in cuts]
         path, skipped, signature = self._file  # type: ignore[misc]
@@ -206,14 +205,6 @@ def _signature(stat: os.stat_result) -> tuple:
     return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
-def parse_csv_table(lines: _Lines, *, name: str, fetched_at: datetime, source: str,
-                    file: tuple[Path, int, tuple] | None = None) -> OfferTable:
-    """The CSV offers file held by `lines` (UTF-8, without a byte-order mark) as a table.
-    `file`: where the data was read, to read the kept lines again from there instead of holding
-    its bytes (see `_Lines.from_file`)."""
-    return _parse_csv(lines, name=name, fetched_at=fetched_at, source=source, file=file, listing=False)[0]
-
-
 def _parse_csv(lines: _Lines, *, name: str, fetched_at: datetime, source: str,
                file: tuple[Path, int, tuple] | None, listing: bool) -> tuple[OfferTable, dict | None]:
     data = lines.data
@@ -223,7 +214,7 @@ def _parse_csv(lines: _Lines, *, name: str, fetched_at: datetime, source: str,
         header = _header(head.decode("utf-8"), name)
     except UnicodeDecodeError:
         header = []  # the whole file is checked below, to name the first bad byte
-    cells = _ArrowCells.read(data, len(header), name) if header and b"\x00" not in data else None
+    cells = _ArrowCells.read(lines, len(header), name) if header and b"\x00" not in data else None
     if cells is None:
         return _of_offers(_read_exactly(data, name=name, fetched_at=fetched_at, source=source), listing)
     del data
@@ -231,7 +222,7 @@ def _parse_csv(lines: _Lines, *, name: str, fetched_at: datetime, source: str,
         lines.from_file(*file)
     reader = _Reader(header, name, fetched_at, source, listing=listing)
     for line, text in cells.invalid:  # more or fewer cells than the header (offers_io says which), blank
-        reader.slow.append((line, line, _dict_row(header, text)))
+        reader.slow.append((line, _dict_row(header, text)))
     # counted before the other columns are coded: its hash table of every id then shares memory
     # with the text columns, not with the table being built
     ids_distinct = cells.ids_distinct(reader.column["offer_id"])
@@ -281,13 +272,15 @@ class _ArrowCells:
         self.line_numbers, self.invalid = line_numbers, invalid
 
     @classmethod
-    def read(cls, data: bytes, width: int, name: str) -> _ArrowCells | None:
-        """The file's cells, or None where the rows cannot be numbered line for line (a quoted
+    def read(cls, lines: _Lines, width: int, name: str) -> _ArrowCells | None:
+        """The cells of the file's `lines`, or None where the rows cannot be numbered line for line (a quoted
         cell over several lines, a cell the csv module refuses as too large, a file Arrow
         refuses): then offers_io's reader takes the whole file."""
         import pyarrow as pa
         from pyarrow import csv as arrow_csv
 
+        data = lines.data
+        assert data is not None
         names = [f"c{i}" for i in range(width)]  # by position: a repeated header name is csv.DictReader's business
 
         def attempt(threads: bool) -> tuple[Any, list]:
@@ -312,8 +305,7 @@ class _ArrowCells:
                 table, invalid = attempt(False)
         except (pa.ArrowInvalid, OSError):
             return None  # not UTF-8, an empty body, an unterminated quote at the end: offers_io says
-        lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-        if 1 + table.num_rows + len(invalid) != lines:
+        if 1 + table.num_rows + len(invalid) != lines.count:
             return None  # a quoted cell holds a line end: rows are not lines
         limit = csv.field_size_limit()
         if len(data) >= limit and any(_longest_cell(table.column(i)) >= limit for i in range(width)):
@@ -433,7 +425,7 @@ class _Reader:
         self.column = {h: i for i, h in enumerate(header)}  # the last of a repeated name, as csv.DictReader
         self.bands = PriceBands()
         self.parts: list[tuple[Part, np.ndarray]] = []  # (columns of good lines, their line numbers)
-        self.slow: list[tuple[int, int, dict]] = []  # (first line, last line, cells) read by offers_io
+        self.slow: list[tuple[int, dict]] = []  # (line, cells) read by offers_io
         self.memo: dict[tuple, Any] = {}
         self.texts: dict[str, list[str]] = {}  # a listing's columns: each column's distinct cells
 
@@ -500,17 +492,25 @@ class _Reader:
         any_price = np.zeros(n, dtype=bool)
         table_prices: dict[str, np.ndarray] = {}
         low, high = self._band_arrays("gpu_hour", currencies, ccy_c)
+        spotted = bool(spot.any())
         for column, (codes, results) in prices.items():
-            amounts = np.array([_NAN if r is _BAD or r is None else r for r in results], dtype=np.float64)[codes]
+            values = np.array([_NAN if r is _BAD or r is None else r for r in results], dtype=np.float64)
+            if np.isnan(values).all():
+                continue  # no line has a price of this unit that can be kept: unknown throughout, held once
+            pair = np.empty((2, n))  # on-demand, interruptible: a line's price is of its own kind
+            amounts = pair[0]
+            np.take(values, codes, out=amounts)
             have = ~np.isnan(amounts)
             any_price |= have
             with np.errstate(invalid="ignore", divide="ignore"):
                 per = amounts / _UNIT_HOURS[column] / gpus_f
                 inside = (per > low * (1 + _EDGE)) & (per < high * (1 - _EDGE))
             ok[have & ~inside] = False
-            pair = np.full((2, n), _NAN)
-            pair[0] = np.where(spot, _NAN, amounts)
-            pair[1] = np.where(spot, amounts, _NAN)
+            if spotted:
+                pair[1] = np.where(spot, amounts, _NAN)
+                amounts[spot] = _NAN
+            else:
+                pair[1] = _NAN
             table_prices[_TABLE_PRICES[column]] = pair
         ok &= any_price
         floats: dict[str, np.ndarray] = {}
@@ -526,7 +526,7 @@ class _Reader:
         ok &= ~blank
         # lines for offers_io's own parser: every line not known to be good, except blank ones
         for i in np.flatnonzero(~ok & ~blank):
-            self.slow.append((int(numbers[i]), int(numbers[i]), dict(zip(self.header, cells.row(i)))))
+            self.slow.append((int(numbers[i]), dict(zip(self.header, cells.row(i)))))
         keep = np.flatnonzero(ok)
         if not len(keep):
             return
@@ -576,8 +576,7 @@ class _Reader:
         noted_as = inverse[keep[note_rows]].tolist()  # each noted line's GPU match (one gather, not one per line)
         part = Part(len(keep), columns, {name: pair if every else pair[:, keep] for name, pair in table_prices.items()},
                     extra_notes=dict(zip(note_rows.tolist(), [notes_of[m] for m in noted_as])))
-        spans = np.stack([numbers, numbers])[:, keep]
-        self.parts.append((part, spans))
+        self.parts.append((part, k(numbers)))
 
     def _hour_prices(self, n: int, price_codes: dict[str, np.ndarray]) -> tuple[np.ndarray, list]:
         """Per line, models.hour_price of its offer, exactly, as (codes, values): the price of the
@@ -626,14 +625,14 @@ class _Reader:
         """The table of the good lines and of those offers_io's parser read (`ids_distinct`:
         no two id cells of the columns are alike), and its listing columns when asked for."""
         slow_offers: list[Offer] = []
-        slow_spans: list[tuple[int, int]] = []
-        for first, last, cells in sorted(self.slow, key=lambda s: s[1]):
-            offer = io_.offer_from_cells(cells, self.name, last, self.fetched_at, self.source, self.bands)
+        slow_lines: list[int] = []
+        for line, cells in sorted(self.slow, key=lambda s: s[0]):
+            offer = io_.offer_from_cells(cells, self.name, line, self.fetched_at, self.source, self.bands)
             if offer is not None:
                 slow_offers.append(offer)
-                slow_spans.append((first, last))
+                slow_lines.append(line)
         parts = [p for p, _ in self.parts]
-        spans = [s for _, s in self.parts]
+        numbers = [n for _, n in self.parts]
         if slow_offers:
             slow = OfferTable.from_offers(slow_offers).part()
             if self.listing:
@@ -641,21 +640,20 @@ class _Reader:
                 found["fetched_at_text"] = found.pop("fetched_at")
                 slow.columns.update({name: Codes(*codes) for name, codes in found.items()})
             parts.append(slow)
-            spans.append(np.array(slow_spans, dtype=np.int64).T)
+            numbers.append(np.array(slow_lines, dtype=np.int64))
         merged = merge_parts(parts)
-        span = spans[0] if len(spans) == 1 else np.concatenate(spans, axis=1) if spans else np.zeros((2, 0), np.int64)
-        order = np.argsort(span[1], kind="stable")  # file order (the slow lines came last)
+        line_of = numbers[0] if len(numbers) == 1 else np.concatenate(numbers) if numbers else np.zeros(0, np.int64)
         name, fetched_at, source, bands = self.name, self.fetched_at, self.source, self.bands
         header = self.header
 
         def resolve(rows: Sequence[int]) -> list[Offer]:
             out = []
-            ranges = [(int(span[0, r]), int(span[1, r])) for r in rows]
-            for (first, last), text in zip(ranges, lines.texts(ranges)):
+            wanted = [int(line_of[r]) for r in rows]
+            for line, text in zip(wanted, lines.texts(wanted)):
                 record = next(cells for cells in csv.reader(io.StringIO(text)) if cells)
-                offer = io_.offer_from_cells(_dict_row(header, record), name, last, fetched_at, source, bands)
+                offer = io_.offer_from_cells(_dict_row(header, record), name, line, fetched_at, source, bands)
                 if offer is None:  # cannot happen: the line was read as an offer before
-                    raise OffersFileError(f"{name} line {last} changed while it was read")
+                    raise OffersFileError(f"{name} line {line} changed while it was read")
                 out.append(offer)
             return out
 
@@ -664,7 +662,8 @@ class _Reader:
                       merged.columns[f"{c}_text" if c == "fetched_at" else c].values)
                   for c in ("region", "hour_price", *EXACT_COLUMNS)} if self.listing and parts else \
             {c: (np.zeros(0, np.int32), []) for c in ("region", "hour_price", *EXACT_COLUMNS)} if self.listing else None
-        if len(order) and (order != np.arange(len(order))).any():
+        if len(numbers) > 1:  # the slow lines came last: file order
+            order = np.argsort(line_of, kind="stable")
             table = table.take(order)
             listed = {c: (codes[order], values) for c, (codes, values) in listed.items()} if listed else None
         io_.check_nonempty(range(table.n), name)

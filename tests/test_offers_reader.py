@@ -192,7 +192,7 @@ def test_cells_are_coded_and_ids_stripped_as_the_csv_module_reads_them(rows, lin
     import csv
     import io
 
-    from rentopt.optimizer.offers_reader import _ArrowCells
+    from rentopt.optimizer.offers_reader import _ArrowCells, _Lines
 
     out = io.StringIO()
     writer = csv.writer(out, lineterminator=line_end,
@@ -201,7 +201,7 @@ def test_cells_are_coded_and_ids_stripped_as_the_csv_module_reads_them(rows, lin
     writer.writerows(rows)
     data = out.getvalue().encode()
     want = [r for r in csv.reader(io.StringIO(out.getvalue(), newline=""))][1:]
-    cells = _ArrowCells.read(data, 2, "offers.csv")
+    cells = _ArrowCells.read(_Lines(data), 2, "offers.csv")
     if any(r == [] for r in want):  # cannot happen: every row has two cells
         raise AssertionError(want)
     assert cells is not None

@@ -122,10 +122,10 @@ def _read(path: Path, *, listing: bool) -> tuple[OfferTable, dict | None]:
         io_.check_unique(offers, path.name)
         return _of_offers(offers, listing)
     skipped = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # a spreadsheet's byte-order mark is not part of the header
-    lines = _Lines(data[skipped:] if skipped else data)
+    lines = _Lines(data, skipped)
     del data  # `lines` holds the only copy, let go once Arrow has read it
     return _parse_csv(lines, name=path.name, fetched_at=io_.file_time(path), source=str(path.resolve()),
-                      file=(path.resolve(), skipped, signature), listing=listing)
+                      file=(path.resolve(), signature), listing=listing)
 
 
 def _of_offers(offers: list[Offer], listing: bool) -> tuple[OfferTable, dict | None]:
@@ -160,33 +160,39 @@ def _listing_of(offers: Sequence[Offer], *, exact: bool = False) -> dict:
 
 
 class _Lines:
-    """The file's lines, for reading a few of them again (the rows a quote keeps): from the
+    """The file's lines (its bytes `data` after the first `skipped`, a byte-order mark: not
+    copied to drop them), and reading a few of them again (the rows a quote keeps): from the
     bytes read, or, once those are let go (`from_file`), from the file itself."""
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes, skipped: int = 0):
         self.data: bytes | None = data
-        self.size = len(data)
+        self.skipped, self.size = skipped, len(data) - skipped
         # where each line ends, a block of bytes at a time (one comparison of the whole file
         # would hold a flag per byte); a file is at most MAX_OFFERS_FILE_BYTES, so int32 holds it
-        view, block = np.frombuffer(data, dtype=np.uint8), 1 << 22
+        view, block = np.frombuffer(data, dtype=np.uint8, offset=skipped), 1 << 22
         self.ends = np.concatenate([np.zeros(0, np.int32)] + [
             np.flatnonzero(view[at:at + block] == 10).astype(np.int32) + np.int32(at) for at in range(0, self.size, block)])
         self.count = len(self.ends) + (0 if data.endswith(b"\n") else 1)  # as the csv module counts lines
-        self._file: tuple[Path, int, tuple] | None = None
+        self._file: tuple[Path, tuple] | None = None
 
-    def from_file(self, path: Path, skipped: int, signature: tuple) -> None:
-        """Read lines again from `path` (whose first `skipped` bytes are not in the data; it
-        had `signature` when read) instead of holding its bytes."""
-        self._file, self.data = (path, skipped, signature), None
+    def body(self) -> memoryview:
+        """The bytes of the lines."""
+        assert self.data is not None
+        return memoryview(self.data)[self.skipped:]
+
+    def from_file(self, path: Path, signature: tuple) -> None:
+        """Read lines again from `path` (which had `signature` when read) instead of holding its bytes."""
+        self._file, self.data = (path, signature), None
 
     def texts(self, numbers: Sequence[int]) -> list[str]:
         """Lines `numbers` (1-based), as text."""
         ends = self.ends
         cuts = [(0 if line == 1 else int(ends[line - 2]) + 1, int(ends[line - 1]) + 1 if line - 1 < len(ends)
                  else self.size) for line in numbers]
+        skipped = self.skipped
         if self.data is not None:
-            return [self.data[start:stop].decode("utf-8") for start, stop in cuts]
-        path, skipped, signature = self._file  # type: ignore[misc]
+            return [self.data[skipped + start:skipped + stop].decode("utf-8") for start, stop in cuts]
+        path, signature = self._file  # type: ignore[misc]
         try:
             with path.open("rb") as fp:  # once for all the rows asked for
                 changed = _signature(os.fstat(fp.fileno())) != signature
@@ -206,17 +212,17 @@ def _signature(stat: os.stat_result) -> tuple:
 
 
 def _parse_csv(lines: _Lines, *, name: str, fetched_at: datetime, source: str,
-               file: tuple[Path, int, tuple] | None, listing: bool) -> tuple[OfferTable, dict | None]:
-    data = lines.data
+               file: tuple[Path, tuple] | None, listing: bool) -> tuple[OfferTable, dict | None]:
+    data, skipped = lines.data, lines.skipped
     assert data is not None
-    head = data[:data.find(b"\n") + 1] if b"\n" in data else data
+    head = data[skipped:skipped + int(lines.ends[0]) + 1] if len(lines.ends) else data[skipped:]
     try:
         header = _header(head.decode("utf-8"), name)
     except UnicodeDecodeError:
         header = []  # the whole file is checked below, to name the first bad byte
-    cells = _ArrowCells.read(lines, len(header), name) if header and b"\x00" not in data else None
+    cells = _ArrowCells.read(lines, len(header), name) if header and data.find(b"\x00", skipped) < 0 else None
     if cells is None:
-        return _of_offers(_read_exactly(data, name=name, fetched_at=fetched_at, source=source), listing)
+        return _of_offers(_read_exactly(data[skipped:], name=name, fetched_at=fetched_at, source=source), listing)
     del data
     if file is not None:
         lines.from_file(*file)
@@ -279,8 +285,6 @@ class _ArrowCells:
         import pyarrow as pa
         from pyarrow import csv as arrow_csv
 
-        data = lines.data
-        assert data is not None
         names = [f"c{i}" for i in range(width)]  # by position: a repeated header name is csv.DictReader's business
 
         def attempt(threads: bool) -> tuple[Any, list]:
@@ -291,7 +295,7 @@ class _ArrowCells:
                 return "skip"
 
             table = arrow_csv.read_csv(
-                pa.py_buffer(data),
+                pa.py_buffer(lines.body()),
                 read_options=arrow_csv.ReadOptions(use_threads=threads, skip_rows=1, column_names=names),
                 parse_options=arrow_csv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False,
                                                      invalid_row_handler=handler),
@@ -308,7 +312,7 @@ class _ArrowCells:
         if 1 + table.num_rows + len(invalid) != lines.count:
             return None  # a quoted cell holds a line end: rows are not lines
         limit = csv.field_size_limit()
-        if len(data) >= limit and any(_longest_cell(table.column(i)) >= limit for i in range(width)):
+        if lines.size >= limit and any(_longest_cell(table.column(i)) >= limit for i in range(width)):
             return None  # the csv module refuses such a cell: offers_io says where
         records = []
         for number, text in invalid:

@@ -124,6 +124,9 @@ BAD = [
     HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0,,,,USD,,,,,,no,\n" + "alpha,q,\x00,1\n",  # a bad line, then a NUL
     HEADER + LINES[0] + "\nalpha,q,\x00,1\nalpha,z,RTX 4090,1,0,,,,USD,,,,,,no,\n",  # a NUL, then a bad line
     HEADER,  # no offers
+    "\ufeff",  # a byte-order mark alone
+    "\ufeff" + HEADER.rstrip(),  # a byte-order mark and a header
+    "\ufeff" + HEADER + LINES[0] + "\nalpha,q,\x00,1\n",  # a byte-order mark, then a NUL
     "",  # empty
     "provider,offer_id,gpu\n",
     "provider,offer_id,gpu,gpus,price_hour,currency,colour\n",

@@ -286,27 +286,22 @@ class _ArrowCells:
         from pyarrow import csv as arrow_csv
 
         names = [f"c{i}" for i in range(width)]  # by position: a repeated header name is csv.DictReader's business
+        invalid: list = []
 
-        def attempt(threads: bool) -> tuple[Any, list]:
-            invalid: list = []
+        def handler(row: Any) -> str:
+            invalid.append((row.number, row.text))
+            return "skip"
 
-            def handler(row: Any) -> str:
-                invalid.append((row.number, row.text))
-                return "skip"
-
+        try:
+            # on one thread, where Arrow knows each row's line number (several threads cost no
+            # less CPU time in a quote and held more memory: measured in the commit)
             table = arrow_csv.read_csv(
                 pa.py_buffer(lines.body()),
-                read_options=arrow_csv.ReadOptions(use_threads=threads, skip_rows=1, column_names=names),
+                read_options=arrow_csv.ReadOptions(use_threads=False, skip_rows=1, column_names=names),
                 parse_options=arrow_csv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False,
                                                      invalid_row_handler=handler),
                 convert_options=arrow_csv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()),
                                                          strings_can_be_null=False, quoted_strings_can_be_null=False))
-            return table, invalid
-
-        try:
-            table, invalid = attempt(True)
-            if invalid:  # rare: read again on one thread, where Arrow knows each row's line number
-                table, invalid = attempt(False)
         except (pa.ArrowInvalid, OSError):
             return None  # not UTF-8, an empty body, an unterminated quote at the end: offers_io says
         if 1 + table.num_rows + len(invalid) != lines.count:

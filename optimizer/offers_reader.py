@@ -486,7 +486,8 @@ class _Reader:
         ok[bad[inverse]] = False
         matches = [None if m is _BAD else m for m in matches]
 
-        gpus_f = np.array([_NAN if g is _BAD or g is None else g for g in gpus], dtype=np.float64)[gpus_c]
+        # a bad count is 0 here: its line is not kept, whatever its prices divide to
+        gpus_n = np.array([0 if g is _BAD or g is None else g for g in gpus], dtype=np.int64)[gpus_c]
         spot = np.array([s is True for s in spots], dtype=bool)[spot_c]
         any_price = np.zeros(n, dtype=bool)
         table_prices: dict[str, np.ndarray] = {}
@@ -502,14 +503,13 @@ class _Reader:
             have = ~np.isnan(amounts)
             any_price |= have
             with np.errstate(invalid="ignore", divide="ignore"):
-                per = amounts / _UNIT_HOURS[column] / gpus_f
+                per = amounts / _UNIT_HOURS[column] / gpus_n
                 inside = (per > low * (1 + _EDGE)) & (per < high * (1 - _EDGE))
             ok[have & ~inside] = False
+            pair[1] = _NAN
             if spotted:
-                pair[1] = np.where(spot, amounts, _NAN)
+                np.copyto(pair[1], amounts, where=spot)
                 amounts[spot] = _NAN
-            else:
-                pair[1] = _NAN
             table_prices[_TABLE_PRICES[column]] = pair
         ok &= any_price
         floats: dict[str, np.ndarray] = {}
@@ -530,8 +530,10 @@ class _Reader:
         if not len(keep):
             return
         status = [m.status if m else None for m in matches]
-        memory = _spread([_NAN if m is None else m.memory for m in matches], inverse)
-        given = _spread([_NAN if m is _BAD or m is None else m for m in memories], mem_c)
+        # the memory a line gives, else its GPU's: both are the GPU match's (its key holds the memory cell)
+        given = [memories[mem_c[i]] for i in first.tolist()]
+        memory = _spread([g if isinstance(g, float) else _NAN if m is None else m.memory
+                          for g, m in zip(given, matches)], inverse)
         notes_of = [m.note if m is not None and m.status == "default" else None for m in matches]
         noted = np.array([x is not None for x in notes_of], dtype=bool)[inverse][keep]
         note_rows = np.flatnonzero(noted)  # positions among the kept lines
@@ -548,7 +550,7 @@ class _Reader:
             "fetched_at": Codes(k(when_c), [self.fetched_at if w is None or w is _BAD else w for w in whens]),
             "interconnect": Codes(k(link_c), [None if x is _BAD else (x or "unknown") for x in links]),
             "stopped_bills": Codes(k(bills_c), [None if b is _BAD else (b or "storage") for b in bills]),
-            "gpus": k(gpus_f).astype(np.int64), "gpu_memory_gb": k(np.where(np.isnan(given), memory, given)),
+            "gpus": k(gpus_n), "gpu_memory_gb": k(memory),
             "spot": k(spot),
             "max_hours": k(_spread([_NAN if d is _BAD or d is None else d for d in max_days], days_c)),
             "storage": k(floats["storage_gb_month"]), "stopped_storage": k(floats["storage_gb_month"]),
@@ -571,7 +573,8 @@ class _Reader:
             columns["gpu_extra"] = Codes(gpu_codes,
                                          [(m.note, m.candidates) if m is not None and m.status == "default" else None
                                           for m in matches])
-        columns = {name: _used_only(c) if isinstance(c, Codes) else c for name, c in columns.items()}
+        if self.listing or not every:  # a quote's lines all kept: every value coded is some line's
+            columns = {name: _used_only(c) if isinstance(c, Codes) else c for name, c in columns.items()}
         noted_as = inverse[keep[note_rows]].tolist()  # each noted line's GPU match (one gather, not one per line)
         part = Part(len(keep), columns, {name: pair if every else pair[:, keep] for name, pair in table_prices.items()},
                     extra_notes=dict(zip(note_rows.tolist(), [notes_of[m] for m in noted_as])))

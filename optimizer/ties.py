@@ -79,8 +79,10 @@ def _planning_columns(t: OfferTable) -> list[tuple[np.ndarray, bool]]:
     floats: list[np.ndarray] = []
     arrays = [np.asarray(getattr(t, name)) for name in ARRAY_COLUMNS]
     arrays += [getattr(t, name)[k] for name in PRICE_COLUMNS for k in (0, 1)]
-    for a in arrays:
+    for i, a in enumerate(arrays):
         if not len(a) or a.strides[0] == 0:  # a stride of 0: one value held for every row
+            continue
+        if any(a is b for b in arrays[:i]):  # one array for two columns (a file's storage price and stopped one)
             continue
         if a.dtype.kind != "f":
             whole.append(a)

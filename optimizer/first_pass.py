@@ -63,6 +63,13 @@ class _Metered:
         return _Metered(self.hourly[index], self.granularity[index], self.minimum[index])
 
 
+def _scaled(prices: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """prices * factor; a price no row has (NaN held once for every row) stays one value."""
+    if prices.strides[0] == 0 and np.isnan(prices[:1]).all():
+        return prices
+    return prices * factor
+
+
 class PriceColumns:
     """One kind of price (on-demand or interruptible) of an OfferTable's rows, in the quote currency.
 
@@ -72,10 +79,8 @@ class PriceColumns:
 
     def __init__(self, table: OfferTable, kind: int, factor: np.ndarray, currency: str):
         self.t, self.kind, self.factor = table, kind, factor
-        self.hourly = table.hourly[kind] * factor
-        self.day = table.day[kind] * factor
-        self.week = table.week[kind] * factor
-        self.month = table.month[kind] * factor
+        self.hourly, self.day, self.week, self.month = (_scaled(column[kind], factor) for column in (
+            table.hourly, table.day, table.week, table.month))
         self.terms = {row: tuple((h, p * factor[row]) for h, p in blocks)
                       for (k, row), blocks in table.terms.items() if k == kind}
         self.slack = float(rounding_slack(currency))
@@ -87,7 +92,12 @@ class PriceColumns:
         for row in self.terms:
             self.metered_only[row] = False
         with np.errstate(invalid="ignore"):
-            floor = np.fmin(np.fmin(self.hourly, self.day / 24), np.fmin(self.week / 168, self.month / table.month_hours))
+            # fmin(fmin(hourly, day / 24), fmin(week / 168, month / month_hours)), in three arrays, not six
+            floor, weekly, monthly = self.day / 24, self.week / 168, self.month / table.month_hours
+            np.fmin(self.hourly, floor, out=floor)
+            np.fmin(weekly, monthly, out=weekly)
+            np.fmin(floor, weekly, out=floor)
+            del weekly, monthly
         for row, blocks in self.terms.items():
             floor[row] = np.fmin(floor[row], min(p / h for h, p in blocks))
         self.floor_per_hour = floor

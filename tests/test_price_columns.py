@@ -33,8 +33,8 @@ def test_the_floor_is_the_cheapest_rate_per_hour_of_any_unit():
     """Per row: hourly 3.0; a day at 48 (2.0/h); a week at 168 (1.0/h); a month of 730 h at 365
     (0.5/h): the floor is the month's 0.5, then times the rate."""
     n = 2
-    pair = lambda v: np.array([[v] * n, [np.nan] * n])  # noqa: E731  (on-demand only)
-    prices = {"hourly": pair(3.0), "day": pair(48.0), "week": pair(168.0), "month": pair(365.0)}
+    prices = {unit: np.array([[price] * n, [np.nan] * n])
+              for unit, price in (("hourly", 3.0), ("day", 48.0), ("week", 168.0), ("month", 365.0))}
     p = PriceColumns(table(n, prices), 0, np.array([1.0, 2.0]), "USD")
     assert p.floor_per_hour.tolist() == [0.5, 1.0]
     assert p.metered_only.tolist() == [False, False]

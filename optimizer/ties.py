@@ -163,11 +163,14 @@ def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _runs_alike(columns: list[tuple[np.ndarray, bool]], rows: np.ndarray, order: np.ndarray,
                 starts: np.ndarray) -> bool:
-    """Whether the rows of each run are equal in every column: each equals the one before it."""
-    within = np.ones(len(order), dtype=bool)
-    within[starts] = False
-    within = within[1:]  # sorted position i + 1 is in the run of position i
-    ordered = rows[order]
+    """Whether the rows of each run are equal in every column: each equals the one before it
+    (only runs of two or more are looked at)."""
+    sizes = np.diff(np.r_[starts, len(order)])
+    ordered = rows[order[np.repeat(sizes > 1, sizes)]]  # the rows of runs of two or more, run by run
+    sizes = sizes[sizes > 1]
+    within = np.ones(len(ordered), dtype=bool)
+    within[np.cumsum(sizes) - sizes] = False  # the first of each run
+    within = within[1:]  # position i + 1 is in the run of position i
     for column in columns:
         bits = _bits(column, ordered)
         if not (bits[1:] == bits[:-1])[within].all():

@@ -241,21 +241,29 @@ def adapter_params(model: ModelSpec, setup: TrainingSetup) -> int:
     >>> adapter_params(llama7, TrainingSetup(mode="lora", lora_rank=8, lora_targets="q,v"))
     4194304
     """
-    r = setup.lora_rank
+    return setup.lora_rank * adapted_width(model, setup, experts=model.num_experts)
+
+
+def adapted_width(model: ModelSpec, setup: TrainingSetup, *, experts: int) -> int:
+    """d_in + d_out summed over the linears LoRA adapts, every layer (an MLP linear `experts`
+    times: all of them held in memory, those a token is routed to in its traffic) and the LM
+    head if adapted; a target the model lacks (a gate on a non-gated MLP) adds nothing.
+
+    >>> from rentopt.optimizer.models import ModelSpec, TrainingSetup
+    >>> llama7 = ModelSpec(name="x", layers=32, hidden=4096, heads=32, kv_heads=32,
+    ...                    intermediate=11008, vocab=32000)
+    >>> adapted_width(llama7, TrainingSetup(mode="lora"), experts=1)  # 32 x (4 x 8192 + 2 x 15104 + 15104)
+    2498560
+    """
     shapes = model.linear_shapes()
     per_layer = 0
     for target in setup.lora_targets:
-        if target == "lm_head":
-            continue
-        if target not in shapes:  # e.g. "gate" on a non-gated MLP
+        if target == "lm_head" or target not in shapes:
             continue
         d_in, d_out = shapes[target]
-        experts = model.num_experts if target in ("gate", "up", "down") else 1
-        per_layer += experts * r * (d_in + d_out)
-    total = model.layers * per_layer
-    if "lm_head" in setup.lora_targets:
-        total += r * (model.hidden + model.vocab)
-    return total
+        per_layer += (experts if target in ("gate", "up", "down") else 1) * (d_in + d_out)
+    head = model.hidden + model.vocab if "lm_head" in setup.lora_targets else 0
+    return model.layers * per_layer + head
 
 
 def trainable_params(model: ModelSpec, setup: TrainingSetup) -> int:

@@ -51,6 +51,7 @@ from rentopt.optimizer.memory import (
     NF4_BITS,
     NF4_DQ_BITS,
     SELECTIVE_KEPT,
+    adapted_width,
     offloaded_activation_bytes,
     trainable_params,
 )
@@ -134,6 +135,7 @@ class SpeedParams:
     elem_bytes: float  # memory-bound bytes per token per layer per hidden+intermediate element
     loss_bytes: float  # bytes per token per vocabulary entry (logits, softmax, loss, grad)
     dequant_bytes: float  # QLoRA: bytes moved per frozen 4-bit weight per pass (read, unpack, write)
+    adapter_bytes: float  # LoRA: bytes per token per adapted linear's input+output element (side path)
     layer_overhead_s: float  # CPU (framework) time per layer per micro-batch, forward + backward
     overlap: float  # share of data-parallel communication hidden behind compute
     range_low: float  # typical x this = pessimistic end (residual quantile of the fit)
@@ -143,10 +145,10 @@ class SpeedParams:
 # Fitted by tools/fit_throughput.py (least squares on log rate over the fit sources named there);
 # re-run it after changing the model. Values are rounded to what the data can tell apart.
 FITTED = SpeedParams(
-    tokens_half=968, hidden_half=635, attn_ampere=0.461, attn_hopper=0.230,
-    elem_bytes=54.2, loss_bytes=44.0, dequant_bytes=7.87,
-    layer_overhead_s=0.00508, overlap=0.90,
-    range_low=0.760, range_high=1.39,
+    tokens_half=887, hidden_half=596, attn_ampere=0.482, attn_hopper=0.225,
+    elem_bytes=51.9, loss_bytes=41.1, dequant_bytes=7.85, adapter_bytes=10.5,
+    layer_overhead_s=0.00502, overlap=0.90,
+    range_low=0.751, range_high=1.37,
 )
 
 
@@ -401,12 +403,20 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
     if mode == "qlora":
         # every pass that multiplies by a frozen 4-bit weight unpacks it first
         dequant = params.dequant_bytes * model.block_linear_params / per_gpu * (1.0 + bwd + r)
+    adapters = 0.0
+    if mode in ("lora", "qlora"):
+        # each adapted linear's side path, `base(x) + lora_B(lora_A(dropout(x))) * scaling`
+        # (huggingface/peft src/peft/tuners/lora/layer.py, Linear.forward): elementwise passes
+        # over its input and output and two thin matmuls, memory-bound; the forward and again
+        # in the backward
+        width = adapted_width(model, setup, experts=model.experts_per_token)
+        adapters = params.adapter_bytes * fused * width * m_gpu * work / per_gpu
     casts = 0.0
     if layout.precision == "fp8":
         # Transformer Engine casts each linear's input (forward) and output grad (backward) to
         # fp8 (read 2 B, write 1 B) and each weight once per pass (3 B)
         casts = 3.0 * (h + f) * 3.0 * m_gpu * L / per_gpu + 3.0 * model.block_linear_params / per_gpu * 2
-    t_mem = (elem + loss + dequant + casts) / bw
+    t_mem = (elem + loss + dequant + adapters + casts) / bw
 
     # The CPU launches kernels ahead of the GPU; its time per layer (Python, autograd, hooks)
     # only shows when it exceeds the GPU's: small micro-batches of eager code are launch-bound.

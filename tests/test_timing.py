@@ -179,3 +179,26 @@ def test_layout_decides_what_runs_not_the_setup():
     off = throughput(LLAMA7, setup, lay.model_copy(update={"grad_checkpointing": False}), gpu)
     assert off.tokens_per_second[1] > on.tokens_per_second[1]
     assert isinstance(lay, Layout)
+
+
+def test_lora_side_paths_cost_memory_traffic_in_proportion_to_the_adapted_widths():
+    """PEFT runs `base(x) + lora_B(lora_A(dropout(x))) * scaling` beside every adapted linear:
+    elementwise passes over its input and output, memory-bound, so that time grows with the
+    adapted linears' d_in + d_out and nothing else of the step does. Widths of Llama-2-7B by hand
+    (per layer, x 32): q,v 2 x 8,192 = 16,384 -> 524,288; q,k,v,o 32,768 -> 1,048,576; every
+    linear also gate, up 2 x (4,096 + 11,008) and down 15,104 = 78,080 -> 2,498,560."""
+    gpu = get_gpu("H100-SXM-80GB")
+    setup, lay = layout("H100-SXM-80GB", 1, mode="lora", micro_batch=2)
+
+    def step(targets: str):  # noqa: ANN202
+        return step_time(LLAMA7, setup.model_copy(update={"lora_targets": tuple(targets.split(","))}), lay, gpu)
+
+    qv, qkvo, every = step("q,v"), step("q,k,v,o"), step("q,k,v,o,gate,up,down")
+    assert qv.matmul == qkvo.matmul == every.matmul and qv.attention == every.attention
+    assert every.memory_bound > qkvo.memory_bound > qv.memory_bound
+    ratio = (every.memory_bound - qv.memory_bound) / (qkvo.memory_bound - qv.memory_bound)
+    assert ratio == pytest.approx((2_498_560 - 524_288) / (1_048_576 - 524_288), rel=1e-9)  # 3.7656
+    # full fine-tuning has no side paths: its targets change nothing
+    full, lay_full = layout("H100-SXM-80GB", 8, link="nvlink", mode="full", micro_batch=2)
+    assert step_time(LLAMA7, full.model_copy(update={"lora_targets": ("q", "v")}), lay_full, gpu) == \
+        step_time(LLAMA7, full, lay_full, gpu)

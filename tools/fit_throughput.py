@@ -30,7 +30,7 @@ from rentopt.optimizer.timing import FITTED, SpeedParams, step_time, throughput 
 from tests import throughput_records as tr  # noqa: E402
 
 FREE = ("tokens_half", "hidden_half", "attn_ampere", "attn_hopper", "elem_bytes", "loss_bytes",
-        "dequant_bytes", "layer_overhead_s", "overlap")
+        "dequant_bytes", "adapter_bytes", "layer_overhead_s", "overlap")
 # The range: these percentiles of log(measured / predicted) over the fit records. 5-95 would
 # cover 90 % of the fit by construction; the held-out sources are wider, so we take 3-97.
 RANGE_PERCENTILES = (3, 97)
@@ -38,7 +38,7 @@ RANGE_PERCENTILES = (3, 97)
 # most 90 % of the data-parallel traffic hides behind compute: the last buckets' reduction and the
 # first gathers of a step have nothing to overlap with (PyTorch DDP and FSDP design notes).
 BOUNDS = {"tokens_half": (1, 4000), "hidden_half": (1, 4000), "attn_ampere": (0.1, 0.9), "attn_hopper": (0.1, 0.9),
-          "elem_bytes": (1, 200), "loss_bytes": (1, 100), "dequant_bytes": (0.5, 40),
+          "elem_bytes": (1, 200), "loss_bytes": (1, 100), "dequant_bytes": (0.5, 40), "adapter_bytes": (0.01, 200),
           "layer_overhead_s": (1e-6, 0.02), "overlap": (0, 0.9)}
 
 

@@ -39,7 +39,6 @@ from rentopt.optimizer.first_pass import (
     TrainColumns,
     ValidateColumns,
     train_columns,
-    validate_columns,
 )
 from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.job import (
@@ -358,7 +357,12 @@ class _Planner:
                           import_h: np.ndarray, tr: TrainColumns) -> tuple[ValidateColumns, np.ndarray]:
         """Per offer, the same job at micro-batch 1 on one node, for each signature that training
         runs on a GPU of the offer's architecture (a validation serves only those); and per
-        training candidate in `tr`, the validation key it needs (-1: none present)."""
+        training candidate in `tr`, the validation key it needs (-1: none present).
+
+        Pieces are (shape, signature, provider, kind) in that order (provider: one group of all
+        rows unless per provider). A shape's rows are split by provider and kind once; each
+        signature that fits the shape repeats that split. Validation keys are numbered in the
+        order the pieces first name them (`_ValidationKeys`)."""
         req, prep, t = self.req, self.prep, self.table
         assert req.validate_hours is not None
         by_arch: dict[str, set[Signature]] = {}
@@ -369,13 +373,15 @@ class _Planner:
         setups = {sig: (prep.validate_setup.model_copy(update={
             "precision": sig.precision, "flash_attention": fused_attention(sig.attention)}), sig.pins(req.pins))
             for sig in self.signatures}
-        self.keys: dict[tuple, int] = {}
+        keys = self.keys = _ValidationKeys(self._provider_count())
         out_h = transfer_hours_per_row(float(prep.destroy_gb), t, "export")
         hours = validation_hours(import_h, float(req.validate_hours))
         in_time = ~(hours + out_h > t.max_hours)  # once over the table, not gathered per shape
-        has = {k: t.has_kind(k) for k in kinds}
-        rows_of: list[np.ndarray] = []
-        pieces: list[tuple[int, int, int, int, int]] = []  # per (shape, signature, kind): kind, sig, fit, keys
+        has = [t.has_kind(k) for k in kinds]
+        block_rows: list[np.ndarray] = []  # per (shape, signature): its rows, piece by piece
+        block_counts: list[np.ndarray] = []  # its pieces' sizes, (provider, kind) by (provider, kind)
+        block_groups: list[np.ndarray] = []  # its provider codes (0 when not per provider)
+        blocks: list[tuple[int, int, int, int]] = []  # per (shape, signature): signature, fit, model and arch bases
         self.v_fits: list[Fit] = []
         for gpu, shape, rows in shapes.values():
             sigs = by_arch.get(gpu.architecture)
@@ -384,42 +390,83 @@ class _Planner:
             rows = rows[in_time[rows]]
             if not len(rows):
                 continue
+            split = None
             for sig in sigs:
                 setup, pins = setups[sig]
                 fit = self.layout(setup, shape, pins)
                 if isinstance(fit, NoFit) or Signature.of(fit.layout) != sig:
                     continue
+                if split is None:
+                    split = self._split_by_provider_and_kind(rows, has)
                 fit_id = len(self.v_fits)
                 self.v_fits.append(fit)
-                for provider, mine in self._by_provider(rows):
-                    model, arch = _validation_keys(gpu, sig, provider)
-                    model_key = self.keys.setdefault(model, len(self.keys))
-                    arch_key = self.keys.setdefault(arch, len(self.keys))
-                    for kind in kinds:
-                        rows_of.append(mine[has[kind][mine]])
-                        pieces.append((kind, numbered[sig], fit_id, model_key, arch_key))
-        return validate_columns(rows_of, pieces, hours, out_h), self._needs(tr)
+                block_rows.append(split[0])
+                block_counts.append(split[1])
+                block_groups.append(split[2])
+                model, arch = _validation_keys(gpu, sig)
+                blocks.append((numbered[sig], fit_id, keys.base(model), keys.base(arch)))
+        return self._validation_pieces(block_rows, block_counts, block_groups, blocks, len(kinds), kinds, hours,
+                                       out_h), self._needs(tr)
 
-    def _by_provider(self, rows: np.ndarray) -> list[tuple[str | None, np.ndarray]]:
-        """`rows` split by provider when plans stay at one provider, else whole (provider None)."""
-        if not self.per_provider:
-            return [(None, rows)]
-        codes = self.provider_code[rows]
-        mine = [rows[codes == c] for c in np.unique(codes).tolist()]
-        return [(self.table.provider[int(at[0])], at) for at in mine]
+    def _provider_count(self) -> int:
+        """How many provider codes a validation key tells apart: every provider's when plans stay
+        at one provider, else one."""
+        return len(self.table.category("provider")[1]) if self.per_provider else 1
+
+    def _split_by_provider_and_kind(self, rows: np.ndarray, has: list[np.ndarray]
+                                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`rows` (ascending) as pieces: by provider (ascending code; one group, code 0, when not
+        per provider), then by price kind, rows ascending within each: (the rows piece by piece,
+        each piece's size, each group's provider code). A group keeps its pieces of a kind none
+        of its rows has (size 0)."""
+        if self.per_provider:
+            codes = self.provider_code[rows]
+            order = np.argsort(codes, kind="stable")
+            rows, codes = rows[order], codes[order]
+            groups, group_of = np.unique(codes, return_inverse=True)
+            group_of = group_of.reshape(-1)
+        else:
+            groups, group_of = np.zeros(1, dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
+        nk = len(has)
+        if nk == 1:
+            at = np.flatnonzero(has[0][rows])
+            return rows[at], np.bincount(group_of[at], minlength=len(groups)), groups
+        ats = [np.flatnonzero(h[rows]) for h in has]
+        piece = np.concatenate([group_of[at] * nk + k for k, at in enumerate(ats)])
+        at = np.concatenate(ats)[np.argsort(piece, kind="stable")]
+        return rows[at], np.bincount(piece, minlength=len(groups) * nk), groups
+
+    def _validation_pieces(self, block_rows: list[np.ndarray], block_counts: list[np.ndarray],
+                           block_groups: list[np.ndarray], blocks: list[tuple[int, int, int, int]], nk: int,
+                           kinds: tuple[int, ...], hours: np.ndarray, out_h: np.ndarray) -> ValidateColumns:
+        """The validation columns of the (shape, signature) blocks: a piece per (block, provider
+        group, kind) with its kind, signature, fit and the numbers of its two keys."""
+        keys = self.keys
+        groups = np.concatenate(block_groups) if block_groups else np.zeros(0, dtype=np.int64)
+        per_block = np.array([len(g) for g in block_groups], dtype=np.int64)
+        info = np.array(blocks, dtype=np.int64).reshape(-1, 4)[np.repeat(np.arange(len(blocks)), per_block)]
+        model, arch = keys.number(info[:, 2], info[:, 3], groups)
+        per_group = np.stack([info[:, 0], info[:, 1], model, arch], axis=1)
+        pieces = np.empty((len(groups) * nk, 5), dtype=np.int64)
+        pieces[:, 0] = np.tile(np.asarray(kinds, dtype=np.int64), len(groups))
+        pieces[:, 1:] = np.repeat(per_group, nk, axis=0)
+        counts = np.concatenate(block_counts) if block_counts else np.zeros(0, dtype=np.int64)
+        row = np.concatenate(block_rows).astype(np.int64) if block_rows else np.zeros(0, dtype=np.int64)
+        piece = np.repeat(np.arange(len(pieces), dtype=np.int32), counts)
+        starts = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        return ValidateColumns(row, piece, pieces, starts, hours, out_h, hours + out_h)
 
     def _needs(self, tr: TrainColumns) -> np.ndarray:
         """Per training candidate, the validation key it needs (`_needed_key` of the keys present;
-        -1: none), worked out once per training layout (and provider, in per-provider mode)."""
-        providers = self.provider_code[tr.row] if self.per_provider else np.zeros(len(tr), dtype=np.int64)
-        pair = tr.fit.astype(np.int64) * (int(providers.max(initial=0)) + 1) + providers
-        _, first, at = np.unique(pair, return_index=True, return_inverse=True)
-        need = np.zeros(len(first), dtype=np.int64)
-        for i, c in enumerate(first.tolist()):
-            fit, gpu, _, _ = self.fit_list[int(tr.fit[c])]
-            provider = self.table.provider[int(tr.row[c])] if self.per_provider else None
-            need[i] = self.keys.get(_needed_key(gpu, Signature.of(fit.layout), self.keys, provider), -1)
-        return need[at.reshape(-1)]
+        -1: none): its GPU model's key at its provider when present, else its architecture's."""
+        keys = self.keys
+        bases = np.array([[keys.find(model), keys.find(arch)] for model, arch in
+                          (_validation_keys(gpu, Signature.of(fit.layout)) for fit, gpu, _, _ in self.fit_list)],
+                         dtype=np.int64).reshape(-1, 2)[tr.fit]
+        group = self.provider_code[tr.row] if self.per_provider else np.zeros(len(tr), dtype=np.int64)
+        model, arch = keys.lookup(bases[:, 0], group), keys.lookup(bases[:, 1], group)
+        return np.where(model >= 0, model, arch)
 
     # -- the second pass: exact candidates for the survivors --------------------------------------
 
@@ -513,6 +560,50 @@ class _Planner:
             train=tuple(solver_train), idle_hours=req.idle_days * 24, deadline_hours=work.deadline_hours,
             budget=req.budget, currency=req.currency, rank_by="per_token" if work.tokens is None else "total",
         )
+
+
+class _ValidationKeys:
+    """The validation keys of one request as numbers. A key (`_validation_keys`) is a base, (GPU
+    model or architecture, signature), at a provider when plans stay at one provider. Each base
+    gets a small number here (`base`); a key's code is base * width + the provider's code (0 when
+    not per provider). `number` numbers the keys 0, 1, ... in the order the validation pieces
+    first name them; `lookup` finds a key's number."""
+
+    def __init__(self, width: int):
+        self.width = width
+        self._bases: dict[tuple, int] = {}
+        self._codes = np.zeros(0, dtype=np.int64)  # the numbered keys' codes, ascending
+        self._numbers = np.zeros(0, dtype=np.int64)  # and their numbers
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def base(self, key: tuple) -> int:
+        return self._bases.setdefault(key, len(self._bases))
+
+    def find(self, key: tuple) -> int:
+        """The base's number; -1: no piece names it."""
+        return self._bases.get(key, -1)
+
+    def number(self, model: np.ndarray, arch: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per piece group (its model and architecture bases, its provider code), the numbers of
+        its two keys: keys numbered by first appearance, each group naming its model's key, then
+        its architecture's."""
+        codes = np.stack([model * self.width + group, arch * self.width + group], axis=1).reshape(-1)
+        self._codes, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        self._numbers = np.empty(len(first), dtype=np.int64)
+        self._numbers[np.argsort(first, kind="stable")] = np.arange(len(first))
+        numbers = self._numbers[inverse.reshape(-1)].reshape(-1, 2)
+        return numbers[:, 0], numbers[:, 1]
+
+    def lookup(self, base: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """The numbers of the keys (base, provider code); -1 for a key no piece named (a base of -1
+        gives a negative code, never a key's)."""
+        if not len(self._codes):
+            return np.full(len(base), -1, dtype=np.int64)
+        codes = base * self.width + group
+        at = np.minimum(np.searchsorted(self._codes, codes), len(self._codes) - 1)
+        return np.where(self._codes[at] == codes, self._numbers[at], -1)
 
 
 # A node shape's fields but its host RAM, as a tuple; and the host RAM a fit no host RAM changes is kept under.

@@ -197,6 +197,13 @@ MUTATIONS: tuple[Mutation, ...] = (
       "return model if model in present else arch", "return arch"),
     M("planner", "a training run validated only on its own GPU model when no offer of it holds the job",
       "return model if model in present else arch", "return model"),
+    M("planner", "first pass: a training run validated on another GPU of its architecture when its own model holds "
+      "the job", "return np.where(model >= 0, model, arch)", "return np.where(arch >= 0, arch, model)"),
+    M("planner", "first pass: a training run validated only on its own GPU model when no offer of it holds the job",
+      "return np.where(model >= 0, model, arch)", "return model"),
+    M("planner", "first pass: per-provider validations not split by provider (a key at one provider served by all)",
+      "        if self.per_provider:\n            codes = self.provider_code[rows]",
+      "        if False:\n            codes = self.provider_code[rows]"),
     M("planner", "per-provider plans validated at any provider (the keys without the provider)",
       "return (model, arch) if provider is None else ((provider, *model), (provider, *arch))", "return (model, arch)"),
     M("planner", "per-provider plans told apart by provider and GPU (a provider's best can be pruned away)",

@@ -416,15 +416,15 @@ class ValidateColumns:
         return instances(self.row, self.kind)
 
 
-def validate_columns(rows_of: list[np.ndarray], pieces: list[tuple[int, int, int, int, int]], hours: np.ndarray,
+def validate_columns(row: np.ndarray, counts: np.ndarray, pieces: np.ndarray, hours: np.ndarray,
                      out_h: np.ndarray) -> ValidateColumns:
-    """Validation candidates from their pieces (kind, signature, fit, model key, arch key) and
-    each piece's rows; `hours` (`stage_hours.validation_hours`) and `out_h` per table row."""
-    table_of_pieces = np.array(pieces, dtype=np.int64).reshape(-1, 5)
-    row = np.concatenate(rows_of).astype(np.int64) if rows_of else np.zeros(0, dtype=np.int64)
-    counts = [len(r) for r in rows_of]
+    """Validation candidates from their pieces (rows of kind, signature, fit, model key, arch key),
+    each piece's rows contiguous in `row` (`counts`: each piece's size); `hours`
+    (`stage_hours.validation_hours`) and `out_h` per table row."""
     piece = np.repeat(np.arange(len(pieces), dtype=np.int32), counts)
-    return ValidateColumns(row, piece, table_of_pieces, np.cumsum([0, *counts]), hours, out_h, hours + out_h)
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    return ValidateColumns(row, piece, pieces, starts, hours, out_h, hours + out_h)
 
 
 def instances(row: np.ndarray, kind: np.ndarray) -> np.ndarray:

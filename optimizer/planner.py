@@ -39,6 +39,7 @@ from rentopt.optimizer.first_pass import (
     TrainColumns,
     ValidateColumns,
     train_columns,
+    validate_columns,
 )
 from rentopt.optimizer.hardware import get_gpu
 from rentopt.optimizer.job import (
@@ -452,10 +453,7 @@ class _Planner:
         pieces[:, 1:] = np.repeat(per_group, nk, axis=0)
         counts = np.concatenate(block_counts) if block_counts else np.zeros(0, dtype=np.int64)
         row = np.concatenate(block_rows).astype(np.int64) if block_rows else np.zeros(0, dtype=np.int64)
-        piece = np.repeat(np.arange(len(pieces), dtype=np.int32), counts)
-        starts = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=starts[1:])
-        return ValidateColumns(row, piece, pieces, starts, hours, out_h, hours + out_h)
+        return validate_columns(row, counts, pieces, hours, out_h)
 
     def _needs(self, tr: TrainColumns) -> np.ndarray:
         """Per training candidate, the validation key it needs (`_needed_key` of the keys present;

@@ -142,10 +142,7 @@ class _Planner:
         req, prep, t = self.req, self.prep, self.table
         kinds = (0, 1) if req.spot else (0,)
         usable = self._usable_rows(kinds)
-        self.ties = tie_classes(t, usable) if self.first_pass else Ties.none()
-        if len(self.ties.klass):
-            usable = usable & self.ties.first  # one offer per class is planned; the others share its answer
-        shapes = self._shapes(usable)
+        self.ties, shapes = self._groups(usable)
         import_h = transfer_hours_per_row(float(prep.import_gb), t, "import")
         tr = self._train_columns(shapes, kinds, import_h)
         va = None
@@ -173,6 +170,23 @@ class _Planner:
                                   [] if va is None else [validate_id(t.provider[r], t.offer_id[r], k, g) for r, k, g in
                                                          zip(va.row.tolist(), va.kind.tolist(), va.sig.tolist())])
         return planned
+
+    def _groups(self, usable: np.ndarray) -> tuple[Ties, dict[ShapeKey, tuple[GpuSpec, NodeShape, np.ndarray]]]:
+        """The tie classes of the usable rows (none without the first pass) and the node shapes of
+        the rows planned: one offer per class, the others share its answer.
+
+        Both depend on the table and the usable rows only, so they are kept on the table
+        (`OfferTable._derived`, for the last usable rows asked): a report plans one table once
+        per job, and its jobs' usable rows are the same."""
+        derived = self.table._derived
+        found = derived.get("planning_groups") if self.first_pass else None
+        if found is not None and np.array_equal(found[0], usable):
+            return found[1], found[2]
+        ties = tie_classes(self.table, usable) if self.first_pass else Ties.none()
+        shapes = self._shapes(usable & ties.first if len(ties.klass) else usable)
+        if self.first_pass:
+            derived["planning_groups"] = (usable.copy(), ties, shapes)
+        return ties, shapes
 
     def _first_pass_of(self, kinds: tuple[int, ...]) -> FirstPass:
         """The first pass of this request: its prices per kind, sizes and limits in floats."""

@@ -765,7 +765,7 @@ class HistoryView:
 
     provenance: dict[str, Provenance]
     store: Any = None  # an open read-only Store, when a provider comes from it
-    bundled: dict[str, SnapshotProvider] = field(default_factory=dict)
+    bundled: dict[str, list[SnapshotHistory]] = field(default_factory=dict)  # per bundled provider
 
     def __enter__(self) -> HistoryView:
         return self
@@ -786,7 +786,7 @@ class HistoryView:
             plugin = self.provenance[provider].plugin or provider
             return [s for s in self.store.snapshot_summaries(provider) if s["plugin"] == plugin]
         if origin == "bundled" and provider in self.bundled:
-            return [{"fetched_at": h.fetched_at, "offers": h.offers} for h in self.bundled[provider].history]
+            return [{"fetched_at": h.fetched_at, "offers": h.offers} for h in self.bundled[provider]]
         return []
 
     def price_history(self, gpu: str, since: datetime | None = None) -> list:
@@ -797,10 +797,10 @@ class HistoryView:
         if self.store is not None:
             points += [h for h in self.store.price_history(gpu, since=since) if self._origin(h.provider) == "store"
                        and (h.plugin or h.provider) == (self.provenance[h.provider].plugin or h.provider)]
-        for name, section in self.bundled.items():
+        for name, history in self.bundled.items():
             if self._origin(name) != "bundled":
                 continue
-            for h in section.history:
+            for h in history:
                 if since is not None and h.fetched_at < since:
                     continue
                 points += [HistoryPoint(name, h.fetched_at, g, n, bool(spot), ccy, k, Decimal(lo), Decimal(mid))
@@ -818,10 +818,37 @@ def open_history(offers: OfferSet) -> HistoryView:
     """The history behind `offers` (see HistoryView); read-only."""
     origins = {p.origin for p in offers.provenance.values()}
     store = open_readonly(store_path()) if "store" in origins else None
-    bundled = {}
-    if "bundled" in origins:
-        bundled = {p.provider: p for p in bundled_snapshot().providers}
-    return HistoryView(offers.provenance, store, bundled)
+    return HistoryView(offers.provenance, store, bundled_history() if "bundled" in origins else {})
+
+
+class _HistorySection(BaseModel):
+    """A snapshot section read for its history only: its offers are skipped, not validated."""
+
+    provider: str
+    history: list[SnapshotHistory] = []
+
+
+class _HistoryOnly(BaseModel):
+    format: int
+    providers: list[_HistorySection]
+
+
+_HISTORY_ONLY = TypeAdapter(_HistoryOnly)
+
+
+def bundled_history() -> dict[str, list[SnapshotHistory]]:
+    """Each bundled provider's published history, read from the bundled snapshot without
+    validating its offers (history is all a report reads of it: the offers come from the
+    columns file). A snapshot this cannot read is read as `bundled_snapshot` reads it, which
+    says what is wrong."""
+    try:
+        raw = resources.files("rentopt.optimizer").joinpath(SNAPSHOT_RESOURCE).read_bytes()
+        found: _HistoryOnly | None = _HISTORY_ONLY.validate_json(_decompress(raw))
+    except (OSError, InputError, ValidationError):
+        found = None
+    if found is None or found.format != SNAPSHOT_FORMAT:
+        return {p.provider: p.history for p in bundled_snapshot().providers}
+    return {p.provider: p.history for p in found.providers}
 
 
 # --------------------------------------------------------------------------------------------

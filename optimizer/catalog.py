@@ -829,6 +829,8 @@ class _HistorySection(BaseModel):
 
 
 class _HistoryOnly(BaseModel):
+    """A snapshot file read for its sections' history only."""
+
     format: int
     providers: list[_HistorySection]
 

@@ -244,16 +244,20 @@ def adapter_params(model: ModelSpec, setup: TrainingSetup) -> int:
     return setup.lora_rank * adapted_width(model, setup, experts=model.num_experts)
 
 
-def adapted_width(model: ModelSpec, setup: TrainingSetup, *, experts: int) -> int:
+def adapted_width(model: ModelSpec, setup: TrainingSetup, *, experts: int, fused: bool = False) -> int:
     """d_in + d_out summed over the linears LoRA adapts, every layer (an MLP linear `experts`
     times: all of them held in memory, those a token is routed to in its traffic) and the LM
     head if adapted; a target the model lacks (a gate on a non-gated MLP) adds nothing.
+    `fused`: the adapters sit on Megatron's fused projections (NeMo's `linear_qkv` and
+    `linear_fc1`), so the adapted ones of q, k, v share one input, as do gate and up.
 
     >>> from rentopt.optimizer.models import ModelSpec, TrainingSetup
     >>> llama7 = ModelSpec(name="x", layers=32, hidden=4096, heads=32, kv_heads=32,
     ...                    intermediate=11008, vocab=32000)
     >>> adapted_width(llama7, TrainingSetup(mode="lora"), experts=1)  # 32 x (4 x 8192 + 2 x 15104 + 15104)
     2498560
+    >>> adapted_width(llama7, TrainingSetup(mode="lora"), experts=1, fused=True)  # qkv 16384, fc1 26112
+    2105344
     """
     shapes = model.linear_shapes()
     per_layer = 0
@@ -262,6 +266,10 @@ def adapted_width(model: ModelSpec, setup: TrainingSetup, *, experts: int) -> in
             continue
         d_in, d_out = shapes[target]
         per_layer += (experts if target in ("gate", "up", "down") else 1) * (d_in + d_out)
+    if fused:  # one input per fused projection, however many of its parts are adapted
+        for group, copies in ((("q", "k", "v"), 1), (("gate", "up"), experts)):
+            adapted = [t for t in group if t in setup.lora_targets and t in shapes]
+            per_layer -= copies * sum(shapes[t][0] for t in adapted[1:])
     head = model.hidden + model.vocab if "lm_head" in setup.lora_targets else 0
     return model.layers * per_layer + head
 

@@ -145,10 +145,10 @@ class SpeedParams:
 # Fitted by tools/fit_throughput.py (least squares on log rate over the fit sources named there);
 # re-run it after changing the model. Values are rounded to what the data can tell apart.
 FITTED = SpeedParams(
-    tokens_half=887, hidden_half=596, attn_ampere=0.482, attn_hopper=0.225,
-    elem_bytes=51.9, loss_bytes=41.1, dequant_bytes=7.85, adapter_bytes=10.5,
+    tokens_half=882, hidden_half=590, attn_ampere=0.484, attn_hopper=0.225,
+    elem_bytes=52.1, loss_bytes=40.5, dequant_bytes=7.85, adapter_bytes=11.5,
     layer_overhead_s=0.00502, overlap=0.90,
-    range_low=0.751, range_high=1.37,
+    range_low=0.750, range_high=1.37,
 )
 
 
@@ -160,6 +160,7 @@ class Knobs:
     recompute: float | None = None  # share of the forward recomputed (selective checkpointing)
     tp_overlap: bool = False  # tensor-parallel all-reduces overlapped with GEMMs (Megatron --tp-comm-overlap)
     link_scale: float = 1.0  # multiplies every link bandwidth (the range uses 0.6 / 1.4)
+    fused_projections: bool = False  # LoRA on Megatron's fused qkv / fc1 (NeMo, Megatron-Bridge)
 
 
 @dataclass(frozen=True)
@@ -409,7 +410,7 @@ def step_time(model: ModelSpec, setup: TrainingSetup, layout: Layout, gpu: GpuSp
         # (huggingface/peft src/peft/tuners/lora/layer.py, Linear.forward): elementwise passes
         # over its input and output and two thin matmuls, memory-bound; the forward and again
         # in the backward
-        width = adapted_width(model, setup, experts=model.experts_per_token)
+        width = adapted_width(model, setup, experts=model.experts_per_token, fused=knobs.fused_projections)
         adapters = params.adapter_bytes * fused * width * m_gpu * work / per_gpu
     casts = 0.0
     if layout.precision == "fp8":

@@ -303,7 +303,11 @@ def record_knobs(r: dict, setup: TrainingSetup, layout: Layout) -> Knobs:
         # torchtitan: 'selective layer' checkpoints every second block; 'selective op' saves the
         # matmul outputs except every second one: either way about half the forward is rerun.
         recompute = 0.5
-    return Knobs(tokens_per_step=tokens, recompute=recompute, tp_overlap="tp-comm-overlap" in r["parallelism"])
+    # NeMo's and Megatron-Bridge's LoRA adapts the fused projections (linear_qkv, linear_fc1:
+    # the records' target lists say so), one adapter where PEFT has two or three
+    fused = r["source_family"] in ("nvidia-nemo-24.07", "nvidia-megatron-bridge") and setup.mode in ("lora", "qlora")
+    return Knobs(tokens_per_step=tokens, recompute=recompute, tp_overlap="tp-comm-overlap" in r["parallelism"],
+                 fused_projections=fused)
 
 
 def translate(r: dict) -> tuple[ModelSpec, TrainingSetup, Layout, GpuSpec, Knobs]:

@@ -44,7 +44,7 @@ from typing import IO, Any, TypeVar, Union
 
 from rentopt.optimizer import packaged_data
 from rentopt.optimizer.errors import InputError
-from rentopt.optimizer.models import FxRate
+from rentopt.optimizer.models import UNKNOWN_DATE, FxRate
 from rentopt.optimizer.paths import rentopt_home
 from rentopt.optimizer.redact import redacted_logger
 
@@ -66,6 +66,7 @@ _CROSS = Context(prec=6, rounding=ROUND_HALF_EVEN)
 OLD_RATE_DAYS = 90
 
 When = Union[date, datetime, None]
+_UNKNOWN_DAY = UNKNOWN_DATE.date()
 
 # Codes in the ECB's reference-rate history that ISO 4217 has withdrawn (List Three, historic
 # denominations, www.six-group.com/en/products-services/financial-information/data-standards.html):
@@ -113,16 +114,20 @@ def _normalise_code(code: str) -> str:
 
 
 def _day(when: When) -> date | None:
-    """The UTC calendar day of a price's timestamp (a date stays itself).
+    """The UTC calendar day of a price's timestamp (a date stays itself); None for no date, and
+    for UNKNOWN_DATE, the mark of a price nobody dated: it takes the latest rate, as an undated
+    price does, never the ECB's first (1999-2005, when the history starts).
 
     >>> _day(datetime(2026, 8, 2, 23, 30, tzinfo=timezone.utc)), _day(date(2026, 8, 2)), _day(None)
     (datetime.date(2026, 8, 2), datetime.date(2026, 8, 2), None)
+    >>> _day(UNKNOWN_DATE), _day(UNKNOWN_DATE.date())
+    (None, None)
     """
     if when is None:
         return None
     if isinstance(when, datetime):
-        return (when.astimezone(timezone.utc) if when.tzinfo else when).date()
-    return when
+        when = (when.astimezone(timezone.utc) if when.tzinfo else when).date()
+    return None if when == _UNKNOWN_DAY else when
 
 
 def cross_rate(units_per_eur: Decimal, usd_per_eur: Decimal) -> Decimal:

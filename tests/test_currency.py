@@ -306,3 +306,17 @@ def test_a_streamed_history_answers_as_one_read_whole(text, on, code):
     assert fresh().last_day == whole.last_day
     assert fresh().points(after=on) == whole.points(after=on)
     assert EcbHistory.from_zip(_zipped(text), "x").points() == whole.points()
+
+
+def test_a_price_nobody_dated_converts_at_the_latest_rate_not_the_first_one():
+    """UNKNOWN_DATE (1970-01-01) marks a price nobody dated; read as a day, it fell before the
+    ECB's history and took its first rate (CNY: 2005-04-01, 8.27649 per USD, 24 % off today's)."""
+    from rentopt.optimizer.billing import in_quote_currency
+    from rentopt.optimizer.models import UNKNOWN_DATE
+
+    fx = FxTable.load(histories=[history(ECB_JUL_31, ECB_OCT_30)])
+    # the latest day, 2026-10-30: 7.4326 / 1.1172 = 6.65288 CNY per USD (not 2026-07-31's 6.75133)
+    assert (fx.rate("CNY", on=UNKNOWN_DATE).per_usd, fx.rate("CNY", on=UNKNOWN_DATE).as_of) == (D("6.65288"), "2026-10-30")
+    assert in_quote_currency(D("10"), "USD", UNKNOWN_DATE, fx, "CNY") == D("66.52880")
+    assert fx.old_rate_warnings([("CNY", UNKNOWN_DATE)], "USD") == []  # no date: nothing to be older than
+    assert FxTable.load().rate("CNY", on=UNKNOWN_DATE).as_of >= "2026-10-30"  # the shipped history too

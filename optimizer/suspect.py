@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from rentopt.optimizer.ties import renumbered_codes
+
 # "say under 1/5 of the median of the other providers" (issue 23). The cheapest honest offers in
 # the bundled snapshot sit at about 1/3 of the median of the others for the same GPU (a Vast
 # host against the hyperscalers), so 1/5 leaves them alone.
@@ -69,28 +71,22 @@ def _suspect_rows(table: Any) -> dict[int, Suspect]:
             [g is not None for g in gpu_ids], dtype=bool)[gpu_code])
         if not len(rows):
             continue
-        # Each provider's median per (gpu, currency), from one sort of the rows by (gpu, currency,
-        # provider, price), not rows grouped in Python.
+        # Each provider's median per (gpu, currency): the rows numbered by their (gpu, currency,
+        # provider) in that order, then each such segment's median (`_medians`).
         g, c, p, v = gpu_code[rows].astype(np.int64), currency_code[rows].astype(np.int64), \
             provider_code[rows].astype(np.int64), per_gpu[rows]
         key = (g * len(currencies) + c) * len(providers) + p
-        order = np.lexsort((v, key))
-        key_sorted, v_sorted = key[order], v[order]
-        starts = np.flatnonzero(np.r_[True, key_sorted[1:] != key_sorted[:-1]])
-        sizes = np.diff(np.r_[starts, len(key_sorted)])
-        middle_at = starts + sizes // 2
-        # statistics.median's own arithmetic: the middle value, or the mean of the middle two
-        medians = np.where(sizes % 2 == 1, v_sorted[middle_at],
-                           (v_sorted[np.maximum(middle_at - 1, starts)] + v_sorted[middle_at]) / 2)
+        segment = renumbered_codes(key)
+        key_of = np.empty(int(segment.max()) + 1, dtype=np.int64)
+        key_of[segment] = key
+        medians = _medians(v, segment, len(key_of))
         # The median of the OTHER providers' medians depends on the group and the provider, not
         # the row: per (group, provider), from the group's medians sorted once (`_others_median`).
-        group = key_sorted[starts] // len(providers)
+        group = key_of // len(providers)
         middle, others = _others_median(medians, group)
         threshold = np.where(others >= MIN_OTHER_PROVIDERS, SUSPECT_SHARE * middle, np.nan)
         if np.isnan(threshold).all():
             continue
-        segment = np.empty(len(rows), dtype=np.int64)  # row (in `rows` order) -> its (group, provider)
-        segment[order] = np.repeat(np.arange(len(starts)), sizes)
         with np.errstate(invalid="ignore"):
             under = np.flatnonzero(v < threshold[segment])  # NaN (no comparison) is never under
         for i in under.tolist():
@@ -99,6 +95,36 @@ def _suspect_rows(table: Any) -> dict[int, Suspect]:
                 at = int(segment[i])
                 found[r] = Suspect(kind, float(v[i]), float(middle[at]), int(others[at]), currencies[int(c[i])])
     return found
+
+
+def _medians(values: np.ndarray, segment: np.ndarray, count: int) -> np.ndarray:
+    """Per segment 0 .. count - 1 (`segment`: each value's; every segment holds one or more), the
+    median of its values as statistics.median takes it: the middle value, or the mean of the
+    middle two. The values are put in segment order by one stable sort of the segment numbers
+    (a radix sort where they fit 16 bits), then the segments are sorted side by side, those of
+    a like size together as the rows of one block (their size rounded up to a power of two,
+    padded with +inf, which sorts last): no sort of every value by (segment, value).
+
+    >>> _medians(np.array([5.0, 1.0, 4.0, 2.0, 3.0, 9.0]), np.array([0, 1, 0, 1, 1, 2]), 3).tolist()
+    [4.5, 2.0, 9.0]
+    """
+    order = np.argsort(segment.astype(np.uint16) if count <= 1 << 16 else segment, kind="stable")
+    grouped = values[order]
+    sizes = np.bincount(segment, minlength=count)
+    starts = np.cumsum(sizes) - sizes
+    widths = np.left_shift(1, np.frexp(sizes - 1)[1])  # the least power of two >= size
+    medians = np.empty(count)
+    for width in np.unique(widths).tolist():
+        at = np.flatnonzero(widths == width)
+        size = sizes[at][:, None]
+        place = np.arange(width)
+        block = np.where(place < size, grouped[np.minimum(starts[at][:, None] + place, len(grouped) - 1)], np.inf)
+        block.sort(axis=1)
+        size = size[:, 0]
+        low, high = np.take_along_axis(block, ((size - 1) // 2)[:, None], 1)[:, 0], \
+            np.take_along_axis(block, (size // 2)[:, None], 1)[:, 0]
+        medians[at] = np.where(size % 2 == 1, high, (low + high) / 2)
+    return medians
 
 
 def _others_median(medians: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from rentopt.optimizer.models import Offer, PriceOption
 from rentopt.optimizer.offer_table import OfferTable
-from rentopt.optimizer.suspect import suspect_rows
+from rentopt.optimizer.suspect import _medians, suspect_rows
 
 T0 = datetime(2026, 11, 28, 6, tzinfo=timezone.utc)
 
@@ -82,3 +82,37 @@ def test_worked_out_once_per_table_and_never_carried_to_another():
     assert list(suspect_rows(table)) == [3]
     assert suspect_rows(table.take(np.array([0, 3]))) == {}
     assert list(suspect_rows(table.take(np.array([1, 2, 3, 0])))) == [2]
+
+
+def medians_by_statistics(values: list[float], segments: list[int], count: int) -> list[float]:
+    return [median([v for v, s in zip(values, segments) if s == k]) for k in range(count)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([0.1, 0.3, 0.45, 1.0, 2.0, 2.5, 3.0, 8.0, 1e-9, 7e6]), min_size=1, max_size=70),
+                min_size=1, max_size=12), st.randoms(use_true_random=False))
+def test_segment_medians_are_statistics_median(segments, random):
+    """Segments of every size from 1 to 70 (blocks of widths 1 to 128, padded), values shuffled
+    across segments: each segment's median as statistics.median takes it."""
+    pairs = [(v, k) for k, values in enumerate(segments) for v in values]
+    random.shuffle(pairs)
+    values, labels = [v for v, _ in pairs], [k for _, k in pairs]
+    got = _medians(np.array(values), np.array(labels, dtype=np.int64), len(segments))
+    assert got.tolist() == medians_by_statistics(values, labels, len(segments))
+
+
+def test_segment_medians_past_16_bit_segment_numbers():
+    """More segments than a 16-bit number holds take the other stable sort; the medians are the
+    same as a sort of every value by (segment, value) gives."""
+    rng = np.random.default_rng(7)
+    count = 70_000
+    labels = np.concatenate([np.arange(count), rng.integers(0, count, 60_000)])
+    values = rng.integers(1, 50, len(labels)) / 4
+    order = np.lexsort((values, labels))
+    sizes = np.bincount(labels)
+    at = np.cumsum(sizes) - sizes
+    ranked = values[order]
+    expected = (ranked[at + (sizes - 1) // 2] + ranked[at + sizes // 2]) / 2
+    got = _medians(values, labels, count)
+    assert np.array_equal(got, expected)
+    assert got[int(np.argmax(sizes))] != 0  # not trivially equal

@@ -53,7 +53,19 @@ def check_same(path: Path) -> OfferTable:
     assert_same_table(table, OfferTable.from_offers(reference))
     rows = list(range(table.n))[::-1]  # any order, as the planner asks
     assert table.offers(rows) == [reference[r] for r in rows]
+    assert_categories_are_the_rows_values(table)
     return table
+
+
+def assert_categories_are_the_rows_values(table: OfferTable) -> None:
+    """Each coded column's values are its rows' values, each once: none from a line not kept
+    (a blank line's refused provider, its missing currency), which the categories would list."""
+    for name in ("provider", "gpu", "gpu_raw", "gpu_status", "currency", "fetched_at", "interconnect", "fabric",
+                 "stopped_bills"):
+        codes, values = table.category(name)
+        assert len(set(values)) == len(values), name
+        assert set(values) == set(getattr(table, name)), name
+        assert sorted(set(codes.tolist())) == list(range(len(values))), name
 
 
 def test_the_same_offers_as_the_line_reader(tmp_path):

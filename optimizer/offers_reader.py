@@ -491,8 +491,10 @@ class _Reader:
         spot = np.array([s is True for s in spots], dtype=bool)[spot_c]
         any_price = np.zeros(n, dtype=bool)
         table_prices: dict[str, np.ndarray] = {}
-        low, high = self._band_arrays("gpu_hour", currencies, ccy_c)
+        # each band's ends with their margin, per currency, then spread: no million-row product per price column
+        low, high = self._band_arrays("gpu_hour", currencies, ccy_c, low_edge=1 + _EDGE, high_edge=1 - _EDGE)
         spotted = bool(spot.any())
+        per = np.empty(n)  # per GPU-hour, one price column after another
         for column, (codes, results) in prices.items():
             values = np.array([_NAN if r is _BAD or r is None else r for r in results], dtype=np.float64)
             if np.isnan(values).all():
@@ -503,23 +505,28 @@ class _Reader:
             have = ~np.isnan(amounts)
             any_price |= have
             with np.errstate(invalid="ignore", divide="ignore"):
-                per = amounts / _UNIT_HOURS[column] / gpus_n
-                inside = (per > low * (1 + _EDGE)) & (per < high * (1 - _EDGE))
+                np.divide(amounts, _UNIT_HOURS[column], out=per)
+                np.divide(per, gpus_n, out=per)
+                inside = (per > low) & (per < high)
             ok[have & ~inside] = False
             pair[1] = _NAN
             if spotted:
                 np.copyto(pair[1], amounts, where=spot)
                 amounts[spot] = _NAN
             table_prices[_TABLE_PRICES[column]] = pair
+        del per, low, high
         ok &= any_price
         floats: dict[str, np.ndarray] = {}
+        bands: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # egress and ingress share the transfer band
         for column, (codes, results) in others.items():
             values = _spread([_NAN if r is _BAD or r is None else r for r in results], codes)
             kind = "storage_gb_month" if column == "storage_gb_month" else "transfer_gb"
-            low, high = self._band_arrays(kind, currencies, ccy_c)
+            if kind not in bands:
+                bands[kind] = self._band_arrays(kind, currencies, ccy_c, high_edge=1 - _EDGE)
+            low, high = bands[kind]
             known = ~np.isnan(values)
             with np.errstate(invalid="ignore"):
-                inside = (values >= low) & (values < high * (1 - _EDGE))
+                inside = (values >= low) & (values < high)
             ok[known & ~inside] = False
             floats[column] = values
         ok &= ~blank
@@ -606,9 +613,11 @@ class _Reader:
             found = self.memo[key] = fn(value)
         return found
 
-    def _band_arrays(self, kind: str, currencies: list, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per line, the band of `kind` in its currency (NaN, sending the line to the exact
-        parser, where the currency has none)."""
+    def _band_arrays(self, kind: str, currencies: list, codes: np.ndarray, *, low_edge: float = 1.0,
+                     high_edge: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """Per line, the band of `kind` in its currency, its low end times `low_edge` and its high
+        end times `high_edge` (NaN, sending the line to the exact parser, where the currency has
+        none)."""
         from rentopt.optimizer.sanity import UnknownCurrency
 
         lows, highs = [], []
@@ -617,8 +626,8 @@ class _Reader:
                 band = None if c is _BAD else self.bands.band(kind, c)  # type: ignore[arg-type]
             except UnknownCurrency:
                 band = None
-            lows.append(_NAN if band is None else float(band.low))
-            highs.append(_NAN if band is None else float(band.high))
+            lows.append(_NAN if band is None else float(band.low) * low_edge)
+            highs.append(_NAN if band is None else float(band.high) * high_edge)
         return _spread(lows, codes), _spread(highs, codes)
 
     # -- the lines read by offers_io itself, and the table ------------------------------------

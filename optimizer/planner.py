@@ -291,7 +291,10 @@ class _Planner:
         if not t.n:
             return np.zeros(0)
         (cur, currencies), (day, days) = t.category("currency"), t.category("fetched_at")
-        pair = cur.astype(np.int64) * len(days) + day
+        # one code per row, made in place (in int64 only where int32 could not hold it)
+        pair = cur.astype(np.int32 if len(currencies) * len(days) < 1 << 31 else np.int64)
+        pair *= len(days)
+        pair += day
         rates = np.zeros(int(pair.max()) + 1)
         for p in np.flatnonzero(np.bincount(pair)):  # the (currency, day) pairs present
             rates[p] = float(in_quote_currency(Decimal(1), currencies[int(p) // len(days)], days[int(p) % len(days)], self.fx,

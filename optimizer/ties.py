@@ -120,8 +120,9 @@ def _bits(column: tuple[np.ndarray, bool], at: np.ndarray) -> np.ndarray:
     (for floats: -0.0 as 0.0, every NaN as one NaN)."""
     values, floating = column
     if not floating:
-        return values[at].astype(np.int64).view(np.uint64)
-    v = values[at] + 0.0  # -0.0 + 0.0 is 0.0
+        return np.take(values, at).astype(np.int64, copy=False).view(np.uint64)  # take's copy is enough
+    v = np.take(values, at)  # a copy, whatever `at` is: changed in place below, never the table
+    v += 0.0  # -0.0 + 0.0 is 0.0
     v[np.isnan(v)] = np.nan
     return v.view(np.uint64)
 

@@ -35,16 +35,26 @@ print(json.dumps({"quote": json.loads(out.getvalue()), "modules": sorted(sys.mod
 """
 
 
-def test_a_bundled_quote_loads_no_library_or_module_it_does_not_use(tmp_path):
+def quote_modules(home, run: str = RUN) -> list[str]:
+    """The modules a quote run by `run` in a fresh interpreter loaded (home: RENTOPT_HOME, no
+    store and no config file there); a quote that fails or finds no plan fails the test."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RENTOPT_")}
-    env["RENTOPT_HOME"] = str(tmp_path)  # no store, no config file: the bundled snapshot
-    done = subprocess.run([sys.executable, "-c", RUN], env=env, capture_output=True, text=True, timeout=120)
+    env["RENTOPT_HOME"] = str(home)
+    done = subprocess.run([sys.executable, "-c", run], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["quote"]["plans"], "the quote found no plan"
-    loaded = [m for m in result["modules"] if any(m == n or m.startswith(n + ".") for n in NOT_LOADED)]
-    assert loaded == []
-    assert "rentopt.optimizer.planner" in result["modules"]  # the probe sees rentopt's own imports
+    return result["modules"]
+
+
+def loaded_of(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == n or m.startswith(n + ".") for n in names)]
+
+
+def test_a_bundled_quote_loads_no_library_or_module_it_does_not_use(tmp_path):
+    modules = quote_modules(tmp_path)  # the bundled snapshot
+    assert loaded_of(modules, NOT_LOADED) == []
+    assert "rentopt.optimizer.planner" in modules  # the probe sees rentopt's own imports
 
 
 FILE_NOT_LOADED = ("ortools", "pandas", "polars", "httpx", "yaml", "rentopt.providers", "rentopt.optimizer.refresh")
@@ -58,13 +68,7 @@ def test_an_offers_file_quote_loads_no_library_it_does_not_use(tmp_path):
                       "alpha,\u6a21\u578b-1,RTX 4090,1,0.35,USD\n"
                       "alpha, a2\u3000,RTX 4090,1,0.36,USD\n"
                       "beta,b1,A100-SXM4-80GB,8,7.49,USD\n", encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RENTOPT_")}
-    env["RENTOPT_HOME"] = str(tmp_path / "home")
     run = RUN.replace('"--format", "json"]', f'"--format", "json", "--offers-file", {str(offers)!r}]')
-    done = subprocess.run([sys.executable, "-c", run], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    assert result["quote"]["plans"], "the quote found no plan"
-    loaded = [m for m in result["modules"] if any(m == n or m.startswith(n + ".") for n in FILE_NOT_LOADED)]
-    assert loaded == []
-    assert "rentopt.optimizer.offers_reader" in result["modules"]  # the file went through the columnar reader
+    modules = quote_modules(tmp_path / "home", run)
+    assert loaded_of(modules, FILE_NOT_LOADED) == []
+    assert "rentopt.optimizer.offers_reader" in modules  # the file went through the columnar reader

@@ -628,10 +628,14 @@ class FirstPass:
             first = self.prune(tr.subset(np.flatnonzero(head_t)), None, limits)
             return np.flatnonzero(head_t | _under_group_bounds(tr, lb_t, first)), np.zeros(0, dtype=np.int64)
         lb_v = _floor_cost(prices, va.row, va.kind, va.destroy_wall, None)
-        per_key = validations_per_key(va)  # each key's validations, from their pieces (no sort)
-        head_v = np.zeros(len(va), dtype=bool)
-        for members in per_key.values():
-            head_v[_cheapest(members, lb_v)] = True
+        per_key = None  # many keys (a per-provider plan): every key's heads at once, no list per key
+        if _many_keys(va):
+            head_v = _heads_per_key(va.keys, lb_v)
+        else:
+            per_key = validations_per_key(va)  # each key's validations, from their pieces (no sort)
+            head_v = np.zeros(len(va), dtype=bool)
+            for members in per_key.values():
+                head_v[_cheapest(members, lb_v)] = True
         v_inst = va.instance
         head_v |= _among(v_inst, t_inst[head_t])
         first = self.prune(tr.subset(np.flatnonzero(head_t)), va.subset(np.flatnonzero(head_v)), limits)
@@ -661,12 +665,13 @@ def _under_group_bounds(tr: TrainColumns, lb_t: np.ndarray, first: Kept) -> np.n
     return lb_t <= np.minimum(group_ub[tr.group], first.threshold)
 
 
-def _validation_limits(va: ValidateColumns, per_key: dict[int, np.ndarray], first: Kept) -> np.ndarray:
+def _validation_limits(va: ValidateColumns, per_key: dict[int, np.ndarray] | None, first: Kept) -> np.ndarray:
     """Per validation, the most any of its keys allows: the second-lowest upper bound among the
-    heads no slower than it (no partner among the heads: no limit). Few keys: a search per key
-    in its partners; many (a per-provider plan): every validation's keys at once."""
+    heads no slower than it (no partner among the heads: no limit). Few keys (`per_key`, each
+    key's validations): a search per key in its partners; many (None; a per-provider plan):
+    every validation's keys at once."""
     partners = first.partners
-    if len(per_key) > FEW_KEYS:
+    if per_key is None:
         second = partners.second_no_later(va.keys, va.destroy_wall)  # its GPU model's key, its architecture's
         second[np.isnan(second)] = np.inf  # a key without partners among the heads
         second[va.keys < 0] = -np.inf
@@ -683,9 +688,35 @@ def _validation_limits(va: ValidateColumns, per_key: dict[int, np.ndarray], firs
     return limit_v
 
 
-# Up to this many validation keys, `_validation_limits` searches key by key (cheaper than the
-# all-at-once form, whose cost is per validation); measured on the 100k-offer store.
+# Up to this many validation keys, the heads of each key are picked and `_validation_limits`
+# searches key by key (cheaper than the all-at-once forms, whose cost is per validation: a sort
+# of every validation by its floor); measured on the 100k-offer store.
 FEW_KEYS = 256
+
+
+def _many_keys(va: ValidateColumns) -> bool:
+    """More than FEW_KEYS validation keys, counted on the pieces (those with candidates, when
+    known), not on every candidate."""
+    named = va.pieces[:, 3:5] if va.starts is None else va.pieces[np.diff(va.starts) > 0, 3:5]
+    return len(np.unique(named[named >= 0])) > FEW_KEYS
+
+
+def _heads_per_key(keys: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """`_cheapest` of every validation key's members at once, as a mask: a row is a member of
+    each key in its row of `keys` (-1: none). One stable sort by cost, then a stable sort by key
+    keeps each key's members cheapest first; a member is among its key's first HEADS when the
+    HEADS-th before it is of another key (which of members tied at the HEADS-th cost does not
+    matter, as in `_heads`)."""
+    by_cost = np.argsort(cost, kind="stable")
+    flat = keys[by_cost].ravel()
+    order = stable_order(flat)
+    flat = flat[order]
+    rows = by_cost[order // keys.shape[1]]
+    head = flat >= 0
+    head[HEADS:] &= flat[HEADS:] != flat[:-HEADS]
+    mask = np.zeros(len(keys), dtype=bool)
+    mask[rows[head]] = True
+    return mask
 
 CostOf = Callable[[PriceColumns, np.ndarray, Any], np.ndarray]  # (a kind's prices, rows, positions) -> cost
 

@@ -222,13 +222,8 @@ def test_segmented_prune_equals_the_per_key_loop(case, at_once):
                 limit = max(limit, INF if pp is None or not i else pp.second[i - 1])
         want.append(limit)
     per_key = rows_per_key(va.keys, np.ones(len(va.lo), dtype=bool))
-    saved = first_pass.FEW_KEYS
-    try:
-        for few in (0, 10**9):
-            first_pass.FEW_KEYS = few
-            assert first_pass._validation_limits(_Validations(va), per_key, kept).tolist() == want
-    finally:
-        first_pass.FEW_KEYS = saved
+    for form in (per_key, None):  # key by key, all at once
+        assert first_pass._validation_limits(_Validations(va), form, kept).tolist() == want
 
 
 @settings(max_examples=300, deadline=None)

@@ -346,11 +346,14 @@ def test_the_cp_sat_model_matches_brute_force(req, catalog):
 def test_narrowing_from_group_heads_matches_brute_force(monkeypatch, req, catalog):
     """The first pass on a large instance prunes the cheapest candidate of each group and key
     first, then adds what could still win: forced here on every example, from one head each,
-    on catalogs of up to 8 offers in few groups (so most candidates are not heads)."""
+    on catalogs of up to 8 offers in few groups (so most candidates are not heads). Every key's
+    heads are picked at once, as with a per-provider plan's many keys (test_first_pass_oracle
+    narrows key by key)."""
     import rentopt.optimizer.first_pass as first_pass
 
     monkeypatch.setattr(first_pass, "HEADS_FROM", 0)
     monkeypatch.setattr(first_pass, "HEADS", 1)
+    monkeypatch.setattr(first_pass, "FEW_KEYS", 0)
     _check(req, catalog, "auto")
 
 

@@ -712,11 +712,11 @@ def pick_chart_gpus(prices: Sequence[GpuPrices], limit: int = CHART_GPUS) -> lis
     return [g.spec.id for g in ranked[:limit]]
 
 
-def provider_sets(offers: OfferSet) -> dict[str, OfferSet]:
+def provider_sets(offers: OfferSet, only: Iterable[str] | None = None) -> dict[str, OfferSet]:
     """Each provider's offers as a set of its own, for planning one provider at a time: slices of
-    one offer table, built once. A price the whole catalog holds out as suspect (far below every
-    other seller of the GPU) is left out here too: planned alone, a provider has no other
-    sellers to be compared with."""
+    one offer table (`only`: of those providers alone). A provider with no offer left has none.
+    A price the whole catalog holds out as suspect (far below every other seller of the GPU) is
+    left out here too: planned alone, a provider has no other sellers to be compared with."""
     import numpy as np
 
     from rentopt.optimizer.suspect import suspect_rows
@@ -725,10 +725,12 @@ def provider_sets(offers: OfferSet) -> dict[str, OfferSet]:
     kept = np.ones(table.n, dtype=bool)
     kept[list(suspect_rows(table))] = False
     codes, names = table.category("provider")
+    wanted = range(len(names)) if only is None else [names.index(p) for p in set(only) if p in names]
     found = {}
-    for code in np.unique(codes[kept]).tolist():
+    for code in sorted(wanted):
         rows = np.flatnonzero(kept & (codes == code))
-        found[names[code]] = replace(offers, offers=[], columns=TableColumns(table.take(rows)))
+        if len(rows):
+            found[names[code]] = replace(offers, offers=[], columns=TableColumns(table.take(rows)))
     return found
 
 
@@ -739,16 +741,16 @@ def quote_request(workload: Workload, currency: str) -> QuoteRequest:
 
 
 class _Alone:
-    """Each provider's offers as a set of its own (`provider_sets`), built on first use: only a
-    provider without a plan is planned alone, for the reason it has none."""
+    """Each provider's offers as a set of its own (`provider_sets`), built when first asked for:
+    only a provider without a plan is planned alone, for the reason it has none."""
 
     def __init__(self, offers: OfferSet):
-        self.offers, self._sets = offers, None
+        self.offers, self._sets = offers, {}
 
     def get(self, provider: str) -> OfferSet | None:
-        if self._sets is None:
-            self._sets = provider_sets(self.offers)
-        return self._sets.get(provider)
+        if provider not in self._sets:
+            self._sets[provider] = provider_sets(self.offers, only=[provider]).get(provider)
+        return self._sets[provider]
 
 
 def price_workload(workload: Workload, offers: OfferSet, providers: Sequence[str], fx: FxTable, currency: str,

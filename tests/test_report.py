@@ -677,6 +677,27 @@ def test_an_unknown_charge_is_shown_as_unknown_never_as_free_and_ranks_after_a_f
     assert as_json["unknown_line_items"] == ["egress"] and as_json["unknown_charges"] == second.plan.unknown_charges
 
 
+def test_one_providers_set_alone_is_its_offers_less_the_suspect():
+    """The report builds a provider's own set only when it is planned alone (`only`): the same
+    offers as in every provider's sets. With "a" at 2.00 and "a2" at 2.10, "b" at 2.50, "c" at
+    3.00 and "cheap" at 0.30 (under a fifth of the others' median 2.50, held out): "a" holds
+    a-h100 and a2's offer is another provider's; "cheap" has no set, nor has a provider absent."""
+    from rentopt.optimizer.catalog import OfferSet
+    from rentopt.optimizer.report import provider_sets
+    from tests.test_honest_prices import MARKET, h100s
+
+    offers = OfferSet(offers=h100s(*MARKET, ("a2", "2.10")), origin="offers-file", provenance={}, prices_as_of=None,
+                      label="test")
+    assert sorted(provider_sets(offers)) == ["a", "a2", "b", "c"]
+    for p, want in [("a", ["a-h100"]), ("a2", ["a2-h100"]), ("c", ["c-h100"]), ("cheap", None), ("zz", None)]:
+        one = provider_sets(offers, only=[p])
+        assert list(one) == ([] if want is None else [p])
+        if want is not None:
+            assert list(one[p].table().offer_id) == want
+    both = provider_sets(offers, only=["c", "a", "cheap"])
+    assert list(both) == ["a", "c"]
+
+
 def test_a_suspect_price_is_held_out_of_the_report_too():
     """Planned alone, a provider has no other sellers to be compared with: the catalog-wide
     suspect rule must still hold its price out. Sellers of the H100 at 2.00, 2.50, 3.00 and 0.30

@@ -554,8 +554,9 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
     t_idx, v_idx = np.flatnonzero(kept.train), np.flatnonzero(kept.validate)
     p_idx = np.flatnonzero(kept.leases)
     alone: dict[str, tuple[Decimal, bool]] = {}
+    unrounded: dict[str, Decimal] = {}  # kept for the search's tie-break: each use is priced once
     bills: dict[tuple[str, str], PlanBill] = {}
-    _alone_totals([ts[j].use for j in t_idx] + [vs[i].use for i in v_idx], alone)
+    _alone_totals([ts[j].use for j in t_idx] + [vs[i].use for i in v_idx], alone, unrounded)
     t_exact = {int(j): _exact(alone[ts[j].id][0]) for j in t_idx}
     v_exact = {int(i): _exact(alone[vs[i].id][0]) for i in v_idx}
     l_exact = {int(k): _exact(_lease_bill(inst, vs[pairs[k][0]], ts[pairs[k][1]], bills).total) for k in p_idx}
@@ -566,7 +567,7 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
               if pairs[k][0] in v_pos and pairs[k][1] in t_pos]
     l_exact2 = [l_exact[int(k)] for k in p_idx if pairs[k][0] in v_pos and pairs[k][1] in t_pos]
     if not ts2:
-        return _Pruned([], [], {}, dropped, alone, bills)
+        return _Pruned([], [], {}, dropped, alone, bills, unrounded)
     kept2 = _prune_round(inst, ts2, vs2, pairs2, [t_exact[int(j)] for j in t_idx], [v_exact[int(i)] for i in v_idx],
                          l_exact2, top_k)
     for k, n in kept2.dropped.items():
@@ -574,7 +575,7 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
     leases = {(vs2[i].id, ts2[j].id): Bounds(Decimal(b[0]), Decimal(b[1]), False)
               for (i, j), b, ok in zip(pairs2, l_exact2, kept2.leases) if ok}
     return _Pruned([v for v, ok in zip(vs2, kept2.validate) if ok], [t for t, ok in zip(ts2, kept2.train) if ok],
-                   leases, dropped, alone, bills)
+                   leases, dropped, alone, bills, unrounded)
 
 
 def _lease_bill(inst: PlanInstance, v: Candidate, t: Candidate, bills: dict[tuple[str, str], PlanBill]) -> PlanBill:

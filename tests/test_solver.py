@@ -230,3 +230,18 @@ def test_stable_order_is_a_stable_sort_of_the_codes(high: int) -> None:
     for key, rows in found.items():
         assert rows.tolist() == [r for r in range(len(codes)) if r % 3 != 0 and key in keys[r].tolist()]
     assert set(found) == {int(k) for r in range(len(codes)) if r % 3 != 0 for k in keys[r] if k >= 0}
+
+
+def test_each_use_is_priced_alone_once_and_ties_still_go_to_the_exact_price(monkeypatch):
+    """The prune prices its survivors alone, with their bills before rounding; the search reuses
+    both rather than pricing them again. tb1 (1.5756/h) and tb2 (1.5759/h) are 15.76 for 10 h,
+    equal to the cent: the exact prices still put tb1 first (15.756 < 15.759)."""
+    import rentopt.optimizer.solver as solver
+
+    priced: list[str] = []
+    price_alone = solver.price_alone
+    monkeypatch.setattr(solver, "price_alone", lambda use: priced.append(use.id) or price_alone(use))
+    b1, b2 = terms("b1", "1.5759", "pb"), terms("b2", "1.5756", "pb2")
+    inst = PlanInstance((validate("vc", C),), (train("ta", A, "10"), train("tb2", b1, "10"), train("tb1", b2, "10")))
+    assert totals(inst, 2) == [("tb1", D("16.76")), ("tb2", D("16.76"))]
+    assert priced and len(priced) == len(set(priced)), priced

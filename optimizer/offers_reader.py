@@ -175,6 +175,14 @@ class _Lines:
         self.count = len(self.ends) + (0 if data.endswith(b"\n") else 1)  # as the csv module counts lines
         self._file: tuple[Path, tuple] | None = None
 
+    def longest(self) -> int:
+        """The length of the longest line in bytes, its line end included."""
+        ends = self.ends
+        if not len(ends):
+            return self.size
+        gaps = int(np.diff(ends).max()) if len(ends) > 1 else 0
+        return max(int(ends[0]) + 1, gaps, self.size - int(ends[-1]) - 1)
+
     def body(self) -> memoryview:
         """The bytes of the lines."""
         assert self.data is not None
@@ -307,7 +315,8 @@ class _ArrowCells:
         if 1 + table.num_rows + len(invalid) != lines.count:
             return None  # a quoted cell holds a line end: rows are not lines
         limit = csv.field_size_limit()
-        if lines.size >= limit and any(_longest_cell(table.column(i)) >= limit for i in range(width)):
+        # a cell is no longer than its line: only a file with a line of `limit` bytes has its cells measured
+        if lines.longest() >= limit and any(_longest_cell(table.column(i)) >= limit for i in range(width)):
             return None  # the csv module refuses such a cell: offers_io says where
         records = []
         for number, text in invalid:
@@ -365,6 +374,8 @@ class _ArrowCells:
         non-ASCII one, then Arrow's regular expression over those, then Python's pattern."""
         import pyarrow.compute as pc
 
+        if not len(chars) or (chars.min() >= 0x20 and chars.max() < 0x7f):
+            return np.zeros(0, dtype=np.int64)  # printable ASCII throughout (two reductions, no per-byte flags)
         odd = np.flatnonzero((chars < 0x20) | (chars >= 0x7f))
         rows = np.unique(np.searchsorted(ends, odd, side="right"))
         if len(rows):
@@ -501,7 +512,7 @@ class _Reader:
                 continue  # no line has a price of this unit that can be kept: unknown throughout, held once
             pair = np.empty((2, n))  # on-demand, interruptible: a line's price is of its own kind
             amounts = pair[0]
-            np.take(values, codes, out=amounts)
+            np.take(values, codes, out=amounts, mode="clip")  # codes index `values`; "raise" would buffer `out`
             have = ~np.isnan(amounts)
             any_price |= have
             with np.errstate(invalid="ignore", divide="ignore"):

@@ -131,6 +131,8 @@ BAD = [
     HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,USD,,,,,,no,,extra\n",  # more cells than columns
     HEADER + LINES[0] + "\nalpha,z\x07,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",  # an id holding a control character
     HEADER + LINES[0] + "\nalpha,\u6a21\u200b1,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",  # a non-ASCII one (zero width)
+    HEADER + LINES[0] + "\nalpha,z\x1fz,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",  # the last control byte below a space
+    HEADER + LINES[0] + "\nalpha,z\tz,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",  # a tab inside an id
     HEADER + LINES[0] + "\nalpha, \u00e9\u0085x ,RTX 4090,1,0.5,,,,USD,,,,,,no,\n",  # a C1 control, the id stripped
     HEADER + LINES[0] + "\n" + LINES[0] + "\n",  # the same offer twice
     HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0,,,,USD,,,,,,no,\n" + "alpha,q,\x00,1\n",  # a bad line, then a NUL
@@ -229,3 +231,31 @@ def test_cells_are_coded_and_ids_stripped_as_the_csv_module_reads_them(rows, lin
     assert empty.tolist() == [not k.strip() for k, _ in want]
     # the door's rule, applied cell by cell (row_check's pattern)
     assert control.tolist() == [i for i, (k, _) in enumerate(want) if _CONTROL.search(k.strip())]
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last, no line end"])
+@pytest.mark.parametrize("size", [131072, 131073])  # the csv module's field limit, and one over it
+def test_a_cell_at_the_csv_modules_size_limit_is_read_or_refused_as_the_line_reader_does(tmp_path, size, where):
+    """Arrow reads any cell; the csv module refuses one over its field limit, so the columnar
+    reader measures the cells of a file with a line that long, wherever that line is."""
+    lines = [f"alpha,o{i},RTX 4090,1,0.35,,,,USD,,,,,us-west,no," for i in range(5)]
+    at = {"first": 0, "middle": 2, "last, no line end": 4}[where]
+    lines[at] = lines[at].replace("us-west", "x" * size)
+    text = HEADER + "\n".join(lines) + ("" if where.startswith("last") else "\n")
+    path = write(tmp_path, text)
+    if size > 131072:
+        assert_same_error(path)
+    else:
+        check_same(path)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.binary(max_size=6).map(lambda b: b.replace(b"\n", b"")), min_size=1, max_size=8), st.booleans(),
+       st.sampled_from([0, 3]))
+def test_the_longest_line_is_measured_with_its_line_end(lines, ends_with_newline, skipped):
+    from rentopt.optimizer.offers_reader import _Lines
+
+    body = b"\n".join(lines) + (b"\n" if ends_with_newline else b"")
+    parts = body.split(b"\n")  # each line but the last with its line end
+    expected = max([len(p) + 1 for p in parts[:-1]] + [len(parts[-1])])
+    assert _Lines(b"\xef\xbb\xbf"[:skipped] + body, skipped).longest() == expected

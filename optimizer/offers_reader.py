@@ -502,8 +502,8 @@ class _Reader:
         spot = np.array([s is True for s in spots], dtype=bool)[spot_c]
         any_price = np.zeros(n, dtype=bool)
         table_prices: dict[str, np.ndarray] = {}
-        # each band's ends with their margin, per currency, then spread: no million-row product per price column
-        low, high = self._band_arrays("gpu_hour", currencies, ccy_c, low_edge=1 + _EDGE, high_edge=1 - _EDGE)
+        # each band's ends with their margin, per currency: no million-row product per price column
+        band = self._band_ends("gpu_hour", currencies, low_edge=1 + _EDGE, high_edge=1 - _EDGE)
         spotted = bool(spot.any())
         per = np.empty(n)  # per GPU-hour, one price column after another
         for column, (codes, results) in prices.items():
@@ -518,27 +518,24 @@ class _Reader:
             with np.errstate(invalid="ignore", divide="ignore"):
                 np.divide(amounts, _UNIT_HOURS[column], out=per)
                 np.divide(per, gpus_n, out=per)
-                inside = (per > low) & (per < high)
+            inside = _inside(per, ccy_c, band, low_inclusive=False)
             ok[have & ~inside] = False
             pair[1] = _NAN
             if spotted:
                 np.copyto(pair[1], amounts, where=spot)
                 amounts[spot] = _NAN
             table_prices[_TABLE_PRICES[column]] = pair
-        del per, low, high
+        del per
         ok &= any_price
         floats: dict[str, np.ndarray] = {}
-        bands: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # egress and ingress share the transfer band
+        bands: dict[str, tuple[list, list]] = {}  # egress and ingress share the transfer band
         for column, (codes, results) in others.items():
             values = _spread([_NAN if r is _BAD or r is None else r for r in results], codes)
             kind = "storage_gb_month" if column == "storage_gb_month" else "transfer_gb"
             if kind not in bands:
-                bands[kind] = self._band_arrays(kind, currencies, ccy_c, high_edge=1 - _EDGE)
-            low, high = bands[kind]
+                bands[kind] = self._band_ends(kind, currencies, high_edge=1 - _EDGE)
             known = ~np.isnan(values)
-            with np.errstate(invalid="ignore"):
-                inside = (values >= low) & (values < high)
-            ok[known & ~inside] = False
+            ok[known & ~_inside(values, ccy_c, bands[kind], low_inclusive=True)] = False
             floats[column] = values
         ok &= ~blank
         # lines for offers_io's own parser: every line not known to be good, except blank ones
@@ -624,11 +621,11 @@ class _Reader:
             found = self.memo[key] = fn(value)
         return found
 
-    def _band_arrays(self, kind: str, currencies: list, codes: np.ndarray, *, low_edge: float = 1.0,
-                     high_edge: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-        """Per line, the band of `kind` in its currency, its low end times `low_edge` and its high
-        end times `high_edge` (NaN, sending the line to the exact parser, where the currency has
-        none)."""
+    def _band_ends(self, kind: str, currencies: list, *, low_edge: float = 1.0,
+                   high_edge: float = 1.0) -> tuple[list[float], list[float]]:
+        """Per currency (a code of the currency column), the band of `kind` in it, its low end
+        times `low_edge` and its high end times `high_edge` (NaN, sending the line to the exact
+        parser, where the currency has none)."""
         from rentopt.optimizer.sanity import UnknownCurrency
 
         lows, highs = [], []
@@ -639,7 +636,7 @@ class _Reader:
                 band = None
             lows.append(_NAN if band is None else float(band.low) * low_edge)
             highs.append(_NAN if band is None else float(band.high) * high_edge)
-        return _spread(lows, codes), _spread(highs, codes)
+        return lows, highs
 
     # -- the lines read by offers_io itself, and the table ------------------------------------
 
@@ -713,6 +710,33 @@ def _spread(values: list, codes: np.ndarray) -> np.ndarray:
     (a column a file leaves empty or fills alike)."""
     table = np.array(values, dtype=np.float64)
     return constant(table[0], len(codes), np.float64) if len(table) == 1 else table[codes]
+
+
+_FEW_CURRENCIES = 4  # compared currency by currency; more are spread to every line
+
+
+def _inside(values: np.ndarray, codes: np.ndarray, band: tuple[list[float], list[float]], *,
+            low_inclusive: bool) -> np.ndarray:
+    """Per line, whether `values[i]` lies inside the band of its currency (`codes[i]`, `band` as
+    `_Reader._band_ends` gives it): above the low end (or at it, with `low_inclusive`) and below
+    the high end; False where the value or an end is NaN. A file of a few currencies is compared
+    currency by currency: no band column spread to every line (8 MB of fresh memory each at a
+    million lines, whose page faults cost more than the comparisons)."""
+    lows, highs = band
+    with np.errstate(invalid="ignore"):
+        if len(lows) > _FEW_CURRENCIES:
+            low, high = _spread(lows, codes), _spread(highs, codes)
+            return ((values >= low) if low_inclusive else (values > low)) & (values < high)
+        inside = np.zeros(len(codes), dtype=bool)
+        for code, (low, high) in enumerate(zip(lows, highs)):
+            if math.isnan(low) or math.isnan(high):
+                continue  # no band in this currency: nothing compares inside it
+            within = (values >= low) if low_inclusive else (values > low)
+            within &= values < high
+            if len(lows) > 1:
+                within &= codes == code
+            inside |= within
+    return inside
 
 
 def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

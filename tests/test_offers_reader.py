@@ -259,3 +259,36 @@ def test_the_longest_line_is_measured_with_its_line_end(lines, ends_with_newline
     parts = body.split(b"\n")  # each line but the last with its line end
     expected = max([len(p) + 1 for p in parts[:-1]] + [len(parts[-1])])
     assert _Lines(b"\xef\xbb\xbf"[:skipped] + body, skipped).longest() == expected
+
+
+BAND_END = st.sampled_from([float("nan"), 0.0, 0.5, 1.0, 2.0, 1e9])
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(BAND_END, BAND_END), min_size=1, max_size=7),
+       st.lists(st.tuples(st.integers(0, 6), st.sampled_from([float("nan"), -0.0, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0,
+                                                             1e9, float("inf")])), max_size=30),
+       st.booleans(), st.booleans())
+def test_a_value_inside_its_currencys_band_is_the_comparison_with_the_bands_per_line(ends, lines, low_inclusive,
+                                                                                   spread):
+    """Currency by currency (a few currencies) or spread to every line (many), the same lines
+    are inside: low < value (<= when inclusive) and value < high, never with a NaN."""
+    from unittest import mock
+
+    from rentopt.optimizer import offers_reader
+
+    lows, highs = [low for low, _ in ends], [high for _, high in ends]
+    codes = np.array([c % len(ends) for c, _ in lines], dtype=np.int32)
+    values = np.array([v for _, v in lines], dtype=np.float64)
+    expected = [(lows[c] <= v if low_inclusive else lows[c] < v) and v < highs[c] for c, v in zip(codes.tolist(), values.tolist())]
+    with mock.patch.object(offers_reader, "_FEW_CURRENCIES", 0 if spread else 10):
+        found = offers_reader._inside(values, codes, (lows, highs), low_inclusive=low_inclusive)
+    assert found.dtype == bool and found.tolist() == expected
+
+
+def test_two_currencies_each_compared_with_its_own_band():
+    from rentopt.optimizer.offers_reader import _inside
+
+    # USD's band is (0, 1), CNY's (1, 2): 0.5 is inside only in USD, 1.5 only in CNY
+    codes, values = np.array([0, 1, 0, 1], dtype=np.int32), np.array([0.5, 0.5, 1.5, 1.5])
+    assert _inside(values, codes, ([0.0, 1.0], [1.0, 2.0]), low_inclusive=False).tolist() == [True, False, False, True]

@@ -115,17 +115,41 @@ def _read(path: Path, *, listing: bool) -> tuple[OfferTable, dict | None]:
         signature = _signature(path.stat())
     except OSError:
         signature = ()  # read_limited says why it cannot be read
-    data = io_.read_limited(path)
-    if io_.is_json(path, data):
-        offers = io_.parse_offers_json(data, path.name)
-        io_.check_nonempty(offers, path.name)
-        io_.check_unique(offers, path.name)
-        return _of_offers(offers, listing)
-    skipped = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # a spreadsheet's byte-order mark is not part of the header
+    data = _csv_bytes(path) if path.suffix.lower() == ".csv" else None
+    if data is None:
+        data = io_.read_limited(path)
+        if io_.is_json(path, data):
+            offers = io_.parse_offers_json(data, path.name)
+            io_.check_nonempty(offers, path.name)
+            io_.check_unique(offers, path.name)
+            return _of_offers(offers, listing)
+    # a spreadsheet's byte-order mark is not part of the header
+    skipped = 3 if bytes(memoryview(data)[:3]) == b"\xef\xbb\xbf" else 0
     lines = _Lines(data, skipped)
     del data  # `lines` holds the only copy, let go once Arrow has read it
     return _parse_csv(lines, name=path.name, fetched_at=io_.file_time(path), source=str(path.resolve()),
                       file=(path.resolve(), signature), listing=listing)
+
+
+def _csv_bytes(path: Path) -> Any | None:
+    """The bytes of a CSV file as one Arrow buffer (Arrow's memory pool gives a large block in
+    large pages: reading 80 MB costs ~40 ms less than into a bytes object, mostly page faults),
+    or None where `io_.read_limited` is to read it and say what is wrong: not a regular file (a
+    pipe, a device), larger than MAX_OFFERS_FILE_BYTES, not readable."""
+    import stat
+
+    import pyarrow as pa
+
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
+        with pa.OSFile(str(path)) as fp:
+            if fp.size() > io_.MAX_OFFERS_FILE_BYTES:
+                return None
+            data = fp.read_buffer()
+    except (OSError, pa.ArrowException):
+        return None
+    return data if data.size <= io_.MAX_OFFERS_FILE_BYTES else None
 
 
 def _of_offers(offers: list[Offer], listing: bool) -> tuple[OfferTable, dict | None]:
@@ -160,19 +184,19 @@ def _listing_of(offers: Sequence[Offer], *, exact: bool = False) -> dict:
 
 
 class _Lines:
-    """The file's lines (its bytes `data` after the first `skipped`, a byte-order mark: not
+    """The file's lines (its bytes `data`, a bytes object or an Arrow buffer, after the first `skipped`, a byte-order mark: not
     copied to drop them), and reading a few of them again (the rows a quote keeps): from the
     bytes read, or, once those are let go (`from_file`), from the file itself."""
 
-    def __init__(self, data: bytes, skipped: int = 0):
-        self.data: bytes | None = data
+    def __init__(self, data: Any, skipped: int = 0):
+        self.data: Any = data
         self.skipped, self.size = skipped, len(data) - skipped
         # where each line ends, a block of bytes at a time (one comparison of the whole file
         # would hold a flag per byte); a file is at most MAX_OFFERS_FILE_BYTES, so int32 holds it
         view, block = np.frombuffer(data, dtype=np.uint8, offset=skipped), 1 << 22
         self.ends = np.concatenate([np.zeros(0, np.int32)] + [
             np.flatnonzero(view[at:at + block] == 10).astype(np.int32) + np.int32(at) for at in range(0, self.size, block)])
-        self.count = len(self.ends) + (0 if data.endswith(b"\n") else 1)  # as the csv module counts lines
+        self.count = len(self.ends) + (0 if bytes(memoryview(data)[-1:]) == b"\n" else 1)  # as the csv module counts lines
         self._file: tuple[Path, tuple] | None = None
 
     def longest(self) -> int:
@@ -182,6 +206,11 @@ class _Lines:
             return self.size
         gaps = int(np.diff(ends).max()) if len(ends) > 1 else 0
         return max(int(ends[0]) + 1, gaps, self.size - int(ends[-1]) - 1)
+
+    def holds_nul(self) -> bool:
+        """Whether a line holds a NUL byte (the least byte is 0: no flag per byte)."""
+        view = np.frombuffer(self.body(), dtype=np.uint8)
+        return bool(len(view)) and int(view.min()) == 0
 
     def body(self) -> memoryview:
         """The bytes of the lines."""
@@ -199,7 +228,8 @@ class _Lines:
                  else self.size) for line in numbers]
         skipped = self.skipped
         if self.data is not None:
-            return [self.data[skipped + start:skipped + stop].decode("utf-8") for start, stop in cuts]
+            data = memoryview(self.data)
+            return [bytes(data[skipped + start:skipped + stop]).decode("utf-8") for start, stop in cuts]
         path, signature = self._file  # type: ignore[misc]
         try:
             with path.open("rb") as fp:  # once for all the rows asked for
@@ -221,17 +251,16 @@ def _signature(stat: os.stat_result) -> tuple:
 
 def _parse_csv(lines: _Lines, *, name: str, fetched_at: datetime, source: str,
                file: tuple[Path, tuple] | None, listing: bool) -> tuple[OfferTable, dict | None]:
-    data, skipped = lines.data, lines.skipped
-    assert data is not None
-    head = data[skipped:skipped + int(lines.ends[0]) + 1] if len(lines.ends) else data[skipped:]
+    body = lines.body()
+    head = bytes(body[:int(lines.ends[0]) + 1] if len(lines.ends) else body)
     try:
         header = _header(head.decode("utf-8"), name)
     except UnicodeDecodeError:
         header = []  # the whole file is checked below, to name the first bad byte
-    cells = _ArrowCells.read(lines, len(header), name) if header and data.find(b"\x00", skipped) < 0 else None
+    cells = _ArrowCells.read(lines, len(header), name) if header and not lines.holds_nul() else None
     if cells is None:
-        return _of_offers(_read_exactly(data[skipped:], name=name, fetched_at=fetched_at, source=source), listing)
-    del data
+        return _of_offers(_read_exactly(bytes(body), name=name, fetched_at=fetched_at, source=source), listing)
+    del body  # the file's bytes: let go once the lines a quote keeps are read from the file
     if file is not None:
         lines.from_file(*file)
     reader = _Reader(header, name, fetched_at, source, listing=listing)

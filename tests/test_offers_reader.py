@@ -94,10 +94,28 @@ def test_the_same_offers_as_the_line_reader(tmp_path):
     "x,3,H100,8,20,EUR,,,,,,,\n",
 ], ids=["no-final-newline", "crlf", "bom", "blank-lines", "quotes", "multi-line-cell", "non-ascii-ids", "short-line", "band-low",
         "band-high", "other-columns"])
-def test_the_same_offers_for_files_people_write(tmp_path, text):
+@pytest.mark.parametrize("name", ["offers.csv", "offers.txt"])  # read into an Arrow buffer / by read_limited
+def test_the_same_offers_for_files_people_write(tmp_path, text, name):
     """Every dialect through the one columnar path (a BOM shifts every line by 3 bytes: the
     kept lines are read again from the file itself)."""
-    check_same(write(tmp_path, text))
+    check_same(write(tmp_path, text, name))
+
+
+def test_a_csv_path_that_is_no_regular_file_is_refused_as_the_line_reader_refuses_it(tmp_path):
+    """A device behind a .csv name is read by offers_io's bounded read, never whole by Arrow."""
+    path = tmp_path / "offers.csv"
+    path.symlink_to("/dev/zero")
+    assert_same_error(path)
+    with pytest.raises(OffersFileError, match="is larger than 256 MiB"):
+        read_offers_table(path)
+
+
+def test_a_csv_file_over_the_size_limit_is_refused_as_the_line_reader_refuses_it(tmp_path):
+    path = write(tmp_path, HEADER + LINES[0] + "\n")
+    with path.open("r+b") as fp:
+        fp.truncate((256 << 20) + 1)  # sparse: NUL bytes after the first line
+    with pytest.raises(OffersFileError, match="is larger than 256 MiB"):
+        read_offers_table(path)
 
 
 def test_a_file_changed_after_it_was_read_is_refused_not_misread(tmp_path):

@@ -299,6 +299,16 @@ class Texts(_LazyList):
     def of(cls, values: Sequence[str]) -> Texts:
         return cls("\x00".join(values).encode(), len(values))
 
+    @classmethod
+    def joined(cls, data: bytes, bounds: np.ndarray) -> Texts:
+        """The texts of `data`, n strings joined by NULs, where string i held bytes
+        `bounds[i]:bounds[i + 1]` before they were joined (n + 1 bounds, the first 0): the NULs
+        are where the bounds say, so they are not looked for."""
+        texts = cls.__new__(cls)
+        texts.data = data
+        texts.starts = bounds.astype(np.int64) + np.arange(len(bounds), dtype=np.int64)  # each NUL before moves it on
+        return texts
+
     def __len__(self) -> int:
         return len(self.starts) - 1
 

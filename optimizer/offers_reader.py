@@ -394,16 +394,19 @@ class _ArrowCells:
         column = self.table.column(j).combine_chunks()
         offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
         chars = np.frombuffer(column.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
-        starts, ends = (offsets[:-1] - offsets[0]).astype(np.int64), (offsets[1:] - offsets[0]).astype(np.int64)
+        bounds = offsets - offsets[0] if offsets[0] else offsets  # int32: cell i is chars[bounds[i]:bounds[i + 1]]
+        starts, ends = bounds[:-1], bounds[1:]
         empty = starts == ends
-        filled = np.flatnonzero(~empty)
-        first, last = chars[starts[filled]], chars[ends[filled] - 1]
-        edged = filled[(first <= 0x20) | (first >= 0x80) | (last <= 0x20) | (last >= 0x80)]
+        filled = np.flatnonzero(~empty) if empty.any() else None  # None: every line has an id (no index of each)
+        first = chars[starts if filled is None else starts[filled]]
+        last = chars[(ends if filled is None else ends[filled]) - 1]
+        odd = (first <= 0x20) | (first >= 0x80) | (last <= 0x20) | (last >= 0x80)
+        edged = np.flatnonzero(odd) if filled is None else filled[odd]
         if any(v != v.strip() for v in column.take(_arrow_ints(edged)).to_pylist()):
             listed = [v.strip() for v in column.to_pylist()]
             return listed, np.array([not v for v in listed], dtype=bool), self._control_rows(column, chars, ends)
         joined = np.insert(chars, starts[1:], 0)  # NUL-separated: no id holds a NUL (a file with one is read exactly)
-        return Texts(joined.tobytes(), len(column)), empty, self._control_rows(column, chars, ends)
+        return Texts.joined(joined.tobytes(), bounds), empty, self._control_rows(column, chars, ends)
 
     @staticmethod
     def _control_rows(column: Any, chars: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -292,3 +292,20 @@ def test_values_at_reads_every_kind_of_string_column_as_its_list() -> None:
     for column in columns:
         assert values_at(column, rows) == want, type(column).__name__
         assert values_at(column, np.zeros(0, dtype=np.int64)) == []
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.text(alphabet=st.sampled_from(["a", "b", ",", " ", "\u00e9", "\u6a21"]), max_size=5), max_size=12))
+def test_texts_joined_from_their_bounds_are_the_texts_found_by_their_nuls(values):
+    """Texts.joined places each text by the byte bounds it had before the NULs went in; Texts
+    finds the NULs: the same texts, the same starts."""
+    import numpy as np
+
+    from rentopt.optimizer.offer_table import Texts
+
+    encoded = [v.encode() for v in values]
+    bounds = np.cumsum([0] + [len(e) for e in encoded]).astype(np.int32)
+    data = b"\x00".join(encoded)
+    joined, found = Texts.joined(data, bounds), Texts(data, len(values))
+    assert joined.starts.tolist() == found.starts.tolist()
+    assert list(joined) == values and len(joined) == len(values)

@@ -693,7 +693,10 @@ def _file_provenance(whole: OfferTable, path: Path, requested: list[str] | None)
     w_codes, whens = whole.category("fetched_at")
     provenance = {}
     counts = np.bincount(p_codes, minlength=len(names))
-    pairs = np.unique(p_codes.astype(np.int64) * (len(whens) + 1) + w_codes)
+    keys = p_codes.astype(np.int64) * (len(whens) + 1) + w_codes
+    span = len(names) * (len(whens) + 1)
+    # the (provider, date) pairs present, ascending: counted where there can be few (no sort of every row)
+    pairs = np.flatnonzero(np.bincount(keys, minlength=span)) if span <= 4 * len(keys) + 1024 else np.unique(keys)
     oldest: dict[str, datetime] = {}
     for pair in pairs:
         name, when = names[int(pair) // (len(whens) + 1)], whens[int(pair) % (len(whens) + 1)]

@@ -310,3 +310,20 @@ def test_two_currencies_each_compared_with_its_own_band():
     # USD's band is (0, 1), CNY's (1, 2): 0.5 is inside only in USD, 1.5 only in CNY
     codes, values = np.array([0, 1, 0, 1], dtype=np.int32), np.array([0.5, 0.5, 1.5, 1.5])
     assert _inside(values, codes, ([0.0, 1.0], [1.0, 2.0]), low_inclusive=False).tolist() == [True, False, False, True]
+
+
+@pytest.mark.parametrize("body", [
+    b"alpha,a1,RTX 4090,1,0.35,,,,USD\xc3\n",  # in a line of too few cells
+    b"alpha,a1,RTX 4090,1,0.35,,,,USD,0.10,0.01,0,,us-w\xc3est,no,\n",  # inside a cell
+    b"alpha,a1,RTX 4090,1,0.35,,,,USD,0.10,0.01,0,,us-west,no,\n\xff\n",  # a line of its own
+    b"alpha,a1,RTX 4090,1,0.35,,,,USD,0.10,0.01,0,,\xed\xa0\x80,no,\n",  # an encoded surrogate
+    b"alpha,a1,RTX 4090,1,0.35,,,,USD,0.10,0.01,0,,\xe6\xa8\xa1,no,\n",  # good UTF-8, read alike
+], ids=["short-line", "cell", "alone", "surrogate", "good"])
+def test_bytes_that_are_not_utf8_are_refused_where_the_line_reader_refuses_them(tmp_path, capfd, body):
+    path = tmp_path / "offers.csv"
+    path.write_bytes(HEADER.encode() + body)
+    if body.endswith(b"\xe6\xa8\xa1,no,\n"):
+        check_same(path)
+    else:
+        assert_same_error(path)
+    assert capfd.readouterr().err == ""  # nothing Arrow's error handler could not decode

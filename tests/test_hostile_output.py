@@ -131,12 +131,13 @@ def test_running_out_of_memory_is_one_line_and_exit_4(monkeypatch, capfd):
 @pytest.mark.slow  # over 5 s (pytest --durations)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux has it")
 def test_a_large_offers_file_under_a_memory_cap_is_one_line_and_exit_4(tmp_path):
-    """The defect as found: 100k rows under a memory cap gave a bare MemoryError or a SystemError."""
+    """The defect as found: 100k rows under a memory cap gave a bare MemoryError or a SystemError.
+    300k rows now: the leaner reader lists 100k within this cap, and the test must reach the error."""
     import resource
 
     rows = ["provider,offer_id,gpu,gpus,price_hour,currency,region,source"]
     names = ("RTX 4090", "A100-SXM4-80GB", "H100-SXM-80GB", "RTX 3090", "L40S")
-    rows += [f"p{i % 40},o{i},{names[i % 5]},{1 + i % 8},{0.3 + (i % 100) / 50:.2f},USD,r{i % 17},s" for i in range(100_000)]
+    rows += [f"p{i % 40},o{i},{names[i % 5]},{1 + i % 8},{0.3 + (i % 100) / 50:.2f},USD,r{i % 17},s" for i in range(300_000)]
     big = tmp_path / "big.csv"
     big.write_text("\n".join(rows) + "\n")
     cap = 350 << 20

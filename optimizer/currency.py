@@ -237,12 +237,20 @@ class EcbHistory:
     @classmethod
     def from_csv(cls, text: str, source: str) -> EcbHistory:
         """Parse the ECB's history CSV; a file without a Date,USD header is a ValueError."""
-        lines = iter(text.splitlines())
+        return cls._of_lines(iter(text.splitlines()), source, streamed=False)
+
+    @classmethod
+    def _of_lines(cls, lines: Iterator[str], source: str, *, streamed: bool) -> EcbHistory:
+        """The history of the ECB CSV's `lines`: all read now, or (`streamed`) the header and
+        first days now and the rest as lookups reach them (see streamed_zip)."""
         header = _ecb_header(next(lines, ""))
-        rows = [(date.fromisoformat(raw[:10]), raw) for raw in lines if raw.strip()]
-        if not rows:
+        rows = ((date.fromisoformat(raw[:10]), raw) for raw in lines if raw.strip())
+        first = list(itertools.islice(rows, 2) if streamed else rows)
+        if streamed and len(first) == 2 and first[1][0] >= first[0][0]:  # oldest first: no order to trust
+            first += rows
+        if not first:
             raise ValueError("the ECB reference-rate file has no rows")
-        return cls(source, header, rows)
+        return cls(source, header, first, more=rows if streamed else None)
 
     @classmethod
     def from_zip(cls, data: bytes, source: str) -> EcbHistory:
@@ -269,17 +277,9 @@ class EcbHistory:
             names = [n for n in archive.namelist() if n.lower().endswith(".csv")]
             if not names:
                 raise ValueError("the ECB archive holds no CSV file")
-            lines = _capped_lines(archive.open(names[0]), limit(ECB_BYTES))
-            header = _ecb_header(next(lines, ""))
-            rows = ((date.fromisoformat(raw[:10]), raw) for raw in lines if raw.strip())
-            first = [row for row in itertools.islice(rows, 2)]
-            if len(first) == 2 and first[1][0] >= first[0][0]:  # oldest first: no order to trust
-                first += rows
+            return cls._of_lines(_capped_lines(archive.open(names[0]), limit(ECB_BYTES)), source, streamed=True)
         except zipfile.BadZipFile as exc:
             raise ValueError(f"not a zip archive ({exc})") from None
-        if not first:
-            raise ValueError("the ECB reference-rate file has no rows")
-        return cls(source, header, first, more=rows)
 
     @classmethod
     def from_rows(cls, rows: Iterable[tuple[date, str, Decimal]], source: str) -> EcbHistory:
@@ -332,13 +332,15 @@ class EcbHistory:
 
     @property
     def last_day(self) -> date | None:
-        return _again_if_reordered(self._last_day)
+        i = _again_if_reordered(lambda: self._newest_with("USD"))
+        return None if i is None else self._days[i]
 
-    def _last_day(self) -> date | None:
+    def _newest_with(self, column: str) -> int | None:
+        """The newest day (its index) with a rate in `column`, reading on as far as needed."""
         i = 0
         while self._loaded(i):
-            if self._value(i, "USD"):
-                return self._days[i]
+            if self._value(i, column) is not None:
+                return i
             i += 1
         return None
 
@@ -367,15 +369,7 @@ class EcbHistory:
         column = "USD" if code == ECB_BASE else code
         if column not in self._columns:
             return code == BASE
-        return _again_if_reordered(lambda: self._has(column))
-
-    def _has(self, column: str) -> bool:
-        i = 0
-        while self._loaded(i):
-            if self._value(i, column) is not None:
-                return True
-            i += 1
-        return False
+        return _again_if_reordered(lambda: self._newest_with(column)) is not None
 
     def per_usd(self, code: str, on: date | None) -> tuple[date, Decimal] | None:
         """(ECB day, units of `code` per USD) for the last ECB day on or before `on` (the latest

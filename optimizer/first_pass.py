@@ -26,9 +26,9 @@ from rentopt.optimizer.solver import (
     ValidateArrays,
     prune_arrays,
     rows_per_key,
-    stable_order,
 )
 from rentopt.optimizer.stage_hours import training_hours
+from rentopt.optimizer.ties import stable_order
 
 # Float comparisons here are made permissive by these (hours, quote-currency units): the exact
 # pass decides the boundary cases.

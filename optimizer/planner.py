@@ -58,7 +58,7 @@ from rentopt.optimizer.job import (
 from rentopt.optimizer.models import GpuSpec, Layout, Offer, Quote, TrainingSetup
 from rentopt.optimizer.offer_table import OfferTable, take_strings
 from rentopt.optimizer.solver import Candidate as SolverCandidate
-from rentopt.optimizer.solver import PlanInstance, solve, stable_order
+from rentopt.optimizer.solver import PlanInstance, solve
 from rentopt.optimizer.stage_hours import (
     rounded_hours,
     spot_factor,
@@ -67,7 +67,7 @@ from rentopt.optimizer.stage_hours import (
     transfer_hours_per_row,
     validation_hours,
 )
-from rentopt.optimizer.ties import Ties, dense_codes, float_codes, renumbered_codes, tie_classes
+from rentopt.optimizer.ties import Ties, dense_codes, float_codes, renumbered_codes, stable_order, tie_classes
 
 # Seed 004: "多机训练扩展效率低于70%说明网络有瓶颈" -- scaling efficiency under 70 % means the
 # network is the bottleneck; every such plan says so.
@@ -665,7 +665,8 @@ def _validation_keys(gpu: GpuSpec, signature: Signature, provider: str | None = 
 def _needed_key(gpu: GpuSpec, signature: Signature, present: Container[tuple], provider: str | None = None) -> tuple:
     """The key a training run of `signature` on `gpu` needs its validation to satisfy: its GPU
     model's when a validation `present` satisfies it, else its architecture's (the seeds' rule;
-    both passes read it here)."""
+    the exact pass reads it here; the first pass applies it to key numbers in `_Planner._needs`,
+    over every validation piece, and tests/test_validation_pieces.py checks the two agree)."""
     model, arch = _validation_keys(gpu, signature, provider)
     return model if model in present else arch
 

@@ -53,6 +53,7 @@ from rentopt.optimizer.billing import (
 )
 from rentopt.optimizer.errors import NoFeasiblePlan
 from rentopt.optimizer.redact import redacted_logger
+from rentopt.optimizer.ties import stable_order
 
 log = redacted_logger("rentopt.solver")
 
@@ -296,14 +297,6 @@ def prune_arrays(tr: TrainArrays, va: ValidateArrays | None, le: LeaseArrays, *,
         kept_v[le.v[kept_leases]] = True
         kept_v[partners.no_later(tr.need[kept_t], room_of(tr.wall)[kept_t])] = True
     return Kept(kept_t, kept_v, kept_leases, dropped, group_ub, float(threshold), partners)
-
-
-def stable_order(codes: np.ndarray) -> np.ndarray:
-    """np.argsort(codes, kind="stable") of integer codes. Codes that fit in 16 bits are sorted as
-    such: numpy sorts those by radix, in linear time."""
-    if len(codes) and codes.min() >= 0 and codes.max() < 2**16:
-        return np.argsort(codes.astype(np.uint16), kind="stable")
-    return np.argsort(codes, kind="stable")
 
 
 def rows_per_key(keys: np.ndarray, alive: np.ndarray) -> dict[int, np.ndarray]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rentopt.optimizer.ties import renumbered_codes
+from rentopt.optimizer.ties import renumbered_codes, stable_order
 
 # "say under 1/5 of the median of the other providers" (issue 23). The cheapest honest offers in
 # the bundled snapshot sit at about 1/3 of the median of the others for the same GPU (a Vast
@@ -101,14 +101,14 @@ def _medians(values: np.ndarray, segment: np.ndarray, count: int) -> np.ndarray:
     """Per segment 0 .. count - 1 (`segment`: each value's; every segment holds one or more), the
     median of its values as statistics.median takes it: the middle value, or the mean of the
     middle two. The values are put in segment order by one stable sort of the segment numbers
-    (a radix sort where they fit 16 bits), then the segments are sorted side by side, those of
-    a like size together as the rows of one block (their size rounded up to a power of two,
-    padded with +inf, which sorts last): no sort of every value by (segment, value).
+    (`stable_order`: by counting where they fit 16 bits), then the segments are sorted side by
+    side, those of a like size together as the rows of one block (their size rounded up to a
+    power of two, padded with +inf, which sorts last): no sort of every value by (segment, value).
 
     >>> _medians(np.array([5.0, 1.0, 4.0, 2.0, 3.0, 9.0]), np.array([0, 1, 0, 1, 1, 2]), 3).tolist()
     [4.5, 2.0, 9.0]
     """
-    order = np.argsort(segment.astype(np.uint16) if count <= 1 << 16 else segment, kind="stable")
+    order = stable_order(segment)
     grouped = values[order]
     sizes = np.bincount(segment, minlength=count)
     starts = np.cumsum(sizes) - sizes

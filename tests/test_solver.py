@@ -218,7 +218,8 @@ def test_stable_order_is_a_stable_sort_of_the_codes(high: int) -> None:
     Python's own stable sort."""
     import numpy as np
 
-    from rentopt.optimizer.solver import rows_per_key, stable_order
+    from rentopt.optimizer.solver import rows_per_key
+    from rentopt.optimizer.ties import stable_order
 
     rng = np.random.default_rng(high)
     codes = np.concatenate([rng.integers(0, 4, 300), rng.integers(high - 3, high + 1, 300)]).astype(np.int64)

@@ -151,4 +151,4 @@ def test_the_row_hashes_order_is_numpys_stable_argsort(pool, seed):
     """The hashes' order by 16-bit digits (past 65,536 rows) is np.argsort's stable order: equal
     hashes keep their rows ascending, so each class lists its offers in the file's order."""
     keys = np.array(pool, dtype=np.uint64)[np.random.default_rng(seed).integers(0, len(pool), 70_000)]
-    assert np.array_equal(ties._stable_order(keys), np.argsort(keys, kind="stable"))
+    assert np.array_equal(ties.stable_order(keys), np.argsort(keys, kind="stable"))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -38,15 +38,42 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rentopt.optimizer.bundled import SNAPSHOT_RESOURCE, Section
 from rentopt.optimizer.errors import InputError, StoreError
-from rentopt.optimizer.models import UNKNOWN_DATE, DateBasis, Offer, Origin, PriceOrigin, PriceSource, age_words, date_rank, date_words
-from rentopt.optimizer.offers_io import hour_price, read_offers_file
-from rentopt.optimizer.store import HistorySnapshot, OfferQuery, open_readonly, store_path
+from rentopt.optimizer.models import (UNKNOWN_DATE, DateBasis, Offer, OfferQuery, Origin, PriceOrigin, PriceSource,
+                                     age_words, date_rank, date_words, hour_price)
+from rentopt.optimizer.paths import no_store_at, store_path
 
 
 if TYPE_CHECKING:
+    from rentopt.optimizer.currency import FxTable
     from rentopt.optimizer.offer_table import OfferTable
+    from rentopt.optimizer.store import HistorySnapshot, Store
 
 SNAPSHOT_FORMAT = 2
+
+
+def open_readonly(path: Path) -> Store | None:
+    """The price store at `path` opened for reading (store.open_readonly), or None when there is
+    none. Where there is certainly none, store.py and sqlite3 are not even imported: a quote of
+    the bundled snapshot reads no SQL (tests/test_quote_imports.py)."""
+    if no_store_at(path):
+        return None
+    from rentopt.optimizer.store import open_readonly as open_store
+
+    return open_store(path)
+
+
+def load_fx(overrides: Mapping[str, Decimal] | None = None, config_path: Path | None = None) -> FxTable:
+    """The exchange rates quotes and reports convert with: the ECB rates `rentopt refresh` stored
+    (looked for only where there may be a store), then the shipped ECB file (`FxTable.load`:
+    config file and --fx overrides win)."""
+    from rentopt.optimizer.currency import FxTable, bundled_history
+
+    stored = None
+    if not no_store_at(store_path()):
+        from rentopt.optimizer.store import stored_fx_history
+
+        stored = stored_fx_history()
+    return FxTable.load(overrides, config_path, histories=[h for h in (stored, bundled_history()) if h is not None])
 SortKey = Literal["price", "gpu", "provider", "memory"]
 # Where one provider's offers in an OfferSet come from.
 ProviderOrigin = PriceOrigin
@@ -87,6 +114,8 @@ class SnapshotFile(BaseModel):
         return [o for p in self.providers for o in p.offers]
 
     def history_snapshots(self, section: SnapshotProvider) -> list[HistorySnapshot]:
+        from rentopt.optimizer.store import HistorySnapshot
+
         return [HistorySnapshot(section.provider, section.plugin, h.fetched_at, h.source, h.offers,
                                 tuple(tuple(r) for r in h.rows)) for h in section.history]
 
@@ -645,6 +674,8 @@ def _with_providers(query: OfferQuery, providers: list[str]) -> OfferQuery:
 
 
 def _from_offers_file(path: Path, query: OfferQuery, requested: list[str] | None) -> OfferSet:
+    from rentopt.optimizer.offers_io import read_offers_file
+
     everything = read_offers_file(path)
     _check_known(requested, {o.provider for o in everything}, f"offers file {path}")
     offers = [o for o in everything if query.matches(o)]

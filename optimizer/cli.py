@@ -528,9 +528,8 @@ def quote_command(tokens: float | None, epochs: float | None, dataset_tokens: fl
     from decimal import Decimal
 
     with loading_modules():
-        from rentopt.optimizer.catalog import load_offers
+        from rentopt.optimizer.catalog import load_fx, load_offers
         from rentopt.optimizer.currency import parse_fx_option
-        from rentopt.optimizer.store import load_fx
         from rentopt.optimizer.job import GpuFilter, QuoteRequest, gpu_name_notes, parse_gpu_filter, parse_reference
         from rentopt.optimizer.planner import build_quote
         from rentopt.optimizer.render import quote_json, quote_markdown, quote_table
@@ -894,7 +893,7 @@ def offers_command(gpu: str | None, min_gpus: int | None, min_gpu_memory: float 
     from rentopt.optimizer.hardware import resolve_user_gpu
     from rentopt.optimizer.offers_io import OFFER_TABLE_HEADERS, offer_table_rows, write_offers_csv, write_offers_json
     from rentopt.optimizer.offers_writer import write_listed_csv, write_listed_json
-    from rentopt.optimizer.store import OfferQuery
+    from rentopt.optimizer.models import OfferQuery
 
     names = _comma_list(providers)
     query = OfferQuery(
@@ -1152,7 +1151,7 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
         render,
         write_report,
     )
-    from rentopt.optimizer.store import load_fx
+    from rentopt.optimizer.catalog import load_fx
 
     gpus, gpu_notes = read_gpus(gpu_names)
     request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=_currency(currency),

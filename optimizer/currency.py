@@ -494,7 +494,7 @@ class FxTable:
         """ECB `histories`, then the config file's `[fx]` table, then `overrides` (--fx).
 
         `config_path=None` reads the default location (`default_config_path()`) if it exists;
-        `histories=None` reads the shipped ECB file. `store.load_fx` puts the rates `rentopt
+        `histories=None` reads the shipped ECB file. `catalog.load_fx` puts the rates `rentopt
         refresh` stored before it (the store sits above this module: it checks stored currencies
         with these rates, so the rates it holds are read there, not here).
         """

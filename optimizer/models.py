@@ -653,6 +653,44 @@ def hour_price(offer: Offer) -> Decimal | None:
     return None
 
 
+@dataclass(frozen=True)
+class OfferQuery:
+    """Which offers to load. Applied in SQL by the store (store.query_where) and in Python (`matches`) elsewhere.
+
+    `max_hour_price` is per node-hour in the offer's own currency (see `hour_price`).
+    """
+
+    providers: tuple[str, ...] | None = None
+    gpus: tuple[str, ...] | None = None  # canonical GPU ids; an offer with an unknown GPU never matches
+    min_gpus: int | None = None
+    min_gpu_memory_gb: float | None = None
+    spot: bool | None = None
+    region: str | None = None  # case-insensitive substring of the offer's region
+    currency: str | None = None
+    max_hour_price: Decimal | None = None
+
+    def matches(self, offer: Offer) -> bool:
+        if self.providers is not None and offer.provider not in self.providers:
+            return False
+        if self.gpus is not None and offer.gpu not in self.gpus:
+            return False
+        if self.min_gpus is not None and offer.gpus < self.min_gpus:
+            return False
+        if self.min_gpu_memory_gb is not None and offer.gpu_memory_gb < self.min_gpu_memory_gb:
+            return False
+        if self.spot is not None and offer.spot != self.spot:
+            return False
+        if self.region is not None and self.region.lower() not in (offer.region or "").lower():
+            return False
+        if self.currency is not None and offer.currency != self.currency:
+            return False
+        if self.max_hour_price is not None:
+            price = hour_price(offer)
+            if price is None or price > self.max_hour_price:
+                return False
+        return True
+
+
 # Finest first: the order in which `hour_price` looks for a price.
 UNIT_ORDER = (PriceUnit.HOUR, PriceUnit.DAY, PriceUnit.WEEK, PriceUnit.MONTH, PriceUnit.TERM)
 

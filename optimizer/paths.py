@@ -24,6 +24,26 @@ def rentopt_home() -> Path:
     return Path(user_data_dir("rentopt"))
 
 
+STORE_FILENAME = "prices.sqlite"
+
+
+def store_path() -> Path:
+    """The price store's file (store.py reads and writes it)."""
+    return rentopt_home() / STORE_FILENAME
+
+
+def no_store_at(path: Path) -> bool:
+    """Whether there is certainly no price store at `path`, in a usable home: then a command that
+    only reads prices need not load store.py (nor sqlite3) to learn that there is none. Any
+    doubt (the home is a file, a permission error) answers False: store.py opens the path and
+    says what is wrong, as it always did."""
+    try:
+        check_home(path.parent)
+        return not path.exists()
+    except (FileSystemError, OSError):
+        return False
+
+
 def _how_to_set(path: Path) -> str:
     return "or point RENTOPT_HOME at a directory this user can write"
 

@@ -34,7 +34,7 @@ import shlex
 import sqlite3
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -47,16 +47,15 @@ from pydantic import TypeAdapter, ValidationError
 
 from rentopt.optimizer.errors import FileSystemError, StoreError
 from rentopt.optimizer.gc_pause import gc_paused
-from rentopt.optimizer.models import Offer, PlanRow, hour_price, plan_row
-from rentopt.optimizer.paths import check_home, ensure_home, fs_error, rentopt_home
+from rentopt.optimizer.models import Offer, OfferQuery, PlanRow, hour_price, plan_row
+from rentopt.optimizer.paths import check_home, ensure_home, fs_error, store_path
 from rentopt.optimizer.plan_columns import decode_column, encode_table, merge_encoded, parse_timestamp, timestamp
 from rentopt.optimizer.redact import redact, redacted_logger
 from rentopt.optimizer.row_check import known_gpu
 
 if TYPE_CHECKING:
-    from rentopt.optimizer.currency import EcbHistory, FxTable
+    from rentopt.optimizer.currency import EcbHistory
 
-STORE_FILENAME = "prices.sqlite"
 # PRAGMA application_id marks the file as a rentopt store: the ASCII bytes "RNTO", chosen by us
 # as the pragma intends (https://www.sqlite.org/pragma.html#pragma_application_id).
 APPLICATION_ID = 0x524E544F
@@ -70,10 +69,6 @@ HISTORY_QUANTUM = Decimal("0.000001")
 MICROS = Decimal(1_000_000)
 BUSY_TIMEOUT_MS = 5000
 log = redacted_logger("rentopt.store")
-
-
-def store_path() -> Path:
-    return rentopt_home() / STORE_FILENAME
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,76 +118,40 @@ def price_fingerprint(offer: Offer, offer_json: str | None = None) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Query types
+# Queries
 
 
-@dataclass(frozen=True)
-class OfferQuery:
-    """Which offers to load. Applied in SQL by the store and in Python (`matches`) elsewhere.
-
-    `max_hour_price` is per node-hour in the offer's own currency (see `hour_price`).
-    """
-
-    providers: tuple[str, ...] | None = None
-    gpus: tuple[str, ...] | None = None  # canonical GPU ids; an offer with an unknown GPU never matches
-    min_gpus: int | None = None
-    min_gpu_memory_gb: float | None = None
-    spot: bool | None = None
-    region: str | None = None  # case-insensitive substring of the offer's region
-    currency: str | None = None
-    max_hour_price: Decimal | None = None
-
-    def matches(self, offer: Offer) -> bool:
-        if self.providers is not None and offer.provider not in self.providers:
-            return False
-        if self.gpus is not None and offer.gpu not in self.gpus:
-            return False
-        if self.min_gpus is not None and offer.gpus < self.min_gpus:
-            return False
-        if self.min_gpu_memory_gb is not None and offer.gpu_memory_gb < self.min_gpu_memory_gb:
-            return False
-        if self.spot is not None and offer.spot != self.spot:
-            return False
-        if self.region is not None and self.region.lower() not in (offer.region or "").lower():
-            return False
-        if self.currency is not None and offer.currency != self.currency:
-            return False
-        if self.max_hour_price is not None:
-            price = hour_price(offer)
-            if price is None or price > self.max_hour_price:
-                return False
-        return True
-
-    def sql(self) -> tuple[str, list[object]]:
-        """A WHERE clause (possibly empty) and its parameters; `matches` is the exact check."""
-        where: list[str] = []
-        args: list[object] = []
-        if self.providers is not None:
-            where.append(f"provider IN ({','.join('?' * len(self.providers))})")
-            args.extend(self.providers)
-        if self.gpus is not None:
-            where.append(f"gpu IN ({','.join('?' * len(self.gpus))})")
-            args.extend(self.gpus)
-        if self.min_gpus is not None:
-            where.append("gpus >= ?")
-            args.append(self.min_gpus)
-        if self.min_gpu_memory_gb is not None:
-            where.append("gpu_memory_gb >= ?")
-            args.append(self.min_gpu_memory_gb)
-        if self.spot is not None:
-            where.append("spot = ?")
-            args.append(int(self.spot))
-        if self.region is not None:
-            where.append("instr(lower(coalesce(region, '')), ?) > 0")
-            args.append(self.region.lower())
-        if self.currency is not None:
-            where.append("currency = ?")
-            args.append(self.currency)
-        if self.max_hour_price is not None:
-            # Rounded up so the coarse SQL filter never drops an offer that `matches` keeps.
-            where.append("hour_price_micros <= ?")
-            args.append(to_micros(self.max_hour_price, ROUND_CEILING))
-        return (" WHERE " + " AND ".join(where) if where else ""), args
+def query_where(query: OfferQuery) -> tuple[str, list[object]]:
+    """A WHERE clause (possibly empty) and its parameters for `query` (models.OfferQuery);
+    `query.matches` is the exact check."""
+    where: list[str] = []
+    args: list[object] = []
+    if query.providers is not None:
+        where.append(f"provider IN ({','.join('?' * len(query.providers))})")
+        args.extend(query.providers)
+    if query.gpus is not None:
+        where.append(f"gpu IN ({','.join('?' * len(query.gpus))})")
+        args.extend(query.gpus)
+    if query.min_gpus is not None:
+        where.append("gpus >= ?")
+        args.append(query.min_gpus)
+    if query.min_gpu_memory_gb is not None:
+        where.append("gpu_memory_gb >= ?")
+        args.append(query.min_gpu_memory_gb)
+    if query.spot is not None:
+        where.append("spot = ?")
+        args.append(int(query.spot))
+    if query.region is not None:
+        where.append("instr(lower(coalesce(region, '')), ?) > 0")
+        args.append(query.region.lower())
+    if query.currency is not None:
+        where.append("currency = ?")
+        args.append(query.currency)
+    if query.max_hour_price is not None:
+        # Rounded up so the coarse SQL filter never drops an offer that `matches` keeps.
+        where.append("hour_price_micros <= ?")
+        args.append(to_micros(query.max_hour_price, ROUND_CEILING))
+    return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
 def _failed_since_success(last_error_at: datetime | None, last_success_at: datetime | None) -> bool:
@@ -845,15 +804,6 @@ def stored_fx_history() -> EcbHistory | None:
                                               f"refresh` on {fetched.fetched_at:%Y-%m-%d} ({fetched.source})")
 
 
-def load_fx(overrides: Mapping[str, Decimal] | None = None, config_path: Path | None = None) -> FxTable:
-    """The exchange rates quotes and reports convert with: the ECB rates `rentopt refresh` stored,
-    then the shipped ECB file (`FxTable.load`: config file and --fx overrides win)."""
-    from rentopt.optimizer.currency import FxTable, bundled_history
-
-    stored = stored_fx_history()
-    return FxTable.load(overrides, config_path, histories=[h for h in (stored, bundled_history()) if h is not None])
-
-
 def open_readonly(path: Path | None = None, migrations: Sequence[Migration] = MIGRATIONS) -> Store | None:
     """Open the store for reading; None when there is none yet (or it is empty). Never writes it.
 
@@ -1006,7 +956,7 @@ class Store:
     def load_offers(self, query: OfferQuery | None = None) -> list[Offer]:
         """Current offers matching `query`, ordered by provider and offer id."""
         query = query or OfferQuery()
-        where, args = query.sql()
+        where, args = query_where(query)
         with _sql_errors(self.path):
             rows = self.db.execute(f"SELECT offer FROM offers{where} ORDER BY provider, offer_id", args).fetchall()
         if not rows:

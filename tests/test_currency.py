@@ -23,7 +23,8 @@ from rentopt.optimizer.currency import (
     round_money,
 )
 from rentopt.optimizer.errors import InputError
-from rentopt.optimizer.store import load_fx, open_writable, store_path
+from rentopt.optimizer.catalog import load_fx
+from rentopt.optimizer.store import open_writable, store_path
 
 D = Decimal
 

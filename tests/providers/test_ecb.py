@@ -13,7 +13,8 @@ import httpx
 import respx
 
 from rentopt.optimizer.refresh import format_report, run_refresh
-from rentopt.optimizer.store import load_fx, open_readonly, store_path
+from rentopt.optimizer.catalog import load_fx
+from rentopt.optimizer.store import open_readonly, store_path
 from rentopt.providers.base import HttpSettings
 from rentopt.providers.ecb import KEEP_DAYS, fetch_reference_rates, parse_history
 from rentopt.providers.lambdalabs import LambdaProvider

@@ -34,7 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from rentopt.optimizer.bundled import SNAPSHOT_RESOURCE, Section
 from rentopt.optimizer.errors import InputError, StoreError
@@ -79,8 +79,15 @@ SortKey = Literal["price", "gpu", "provider", "memory"]
 ProviderOrigin = PriceOrigin
 
 
+# The snapshot file's models are built (pydantic's schema and validator) when a file is first read
+# or written, not at import: a quote from the bundled snapshot's columns or the store reads none.
+_BUILT_WHEN_USED = ConfigDict(defer_build=True)
+
+
 class SnapshotHistory(BaseModel):
     """One past snapshot of a provider: its price-history rows, not its offers."""
+
+    model_config = _BUILT_WHEN_USED
 
     fetched_at: datetime
     source: str
@@ -90,6 +97,8 @@ class SnapshotHistory(BaseModel):
 
 class SnapshotProvider(BaseModel):
     """One provider's section: where its offers were published and when, and its history."""
+
+    model_config = _BUILT_WHEN_USED
 
     provider: str
     plugin: str
@@ -103,6 +112,8 @@ class SnapshotProvider(BaseModel):
 
 class SnapshotFile(BaseModel):
     """The file format of data/snapshot.json.gz and of `rentopt snapshot export`."""
+
+    model_config = _BUILT_WHEN_USED
 
     format: int
     created_at: datetime
@@ -858,12 +869,16 @@ def open_history(offers: OfferSet) -> HistoryView:
 class _HistorySection(BaseModel):
     """A snapshot section read for its history only: its offers are skipped, not validated."""
 
+    model_config = _BUILT_WHEN_USED
+
     provider: str
     history: list[SnapshotHistory] = []
 
 
 class _HistoryOnly(BaseModel):
     """A snapshot file read for its sections' history only."""
+
+    model_config = _BUILT_WHEN_USED
 
     format: int
     providers: list[_HistorySection]

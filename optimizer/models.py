@@ -137,7 +137,8 @@ GpuMatchStatus = Literal["exact", "by_memory", "default", "ambiguous", "unknown"
 class GpuMatch(BaseModel):
     """Result of normalising a provider's GPU spelling. `gpu` is None unless the match is certain."""
 
-    model_config = ConfigDict(frozen=True)
+    # built when a spelling is first matched: a quote of the bundled snapshot or the store matches none
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     raw: str
     gpu: str | None

@@ -16,8 +16,10 @@ File layout (gzip): one line of JSON, the header, then the columns' bytes one af
 The header: {"format", "snapshot_sha256", "sections": [{"provider", "plugin", "fetched_at",
 "source", "rows", "columns": [[name, encoding, offset, length, meta], ...]}, ...]}; offset and
 length locate a column's bytes after the header line (null for columns that have none). Each
-section's rows are its offers in the snapshot's order; its `offer_json` column (text) holds
-each offer's JSON.
+section's rows are its offers in the snapshot's order; its `offer_json` column holds each
+offer's JSON in zlib chunks of OFFER_JSON_ROWS offers (encoding "json-chunks", meta: each
+chunk's length), NUL-separated inside a chunk. That JSON is most of the file (4.4 of 4.8 MB
+unpacked) and a quote reads a few dozen offers of it, so it inflates only their chunks.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import zlib
+from itertools import accumulate
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,7 +44,8 @@ from rentopt.optimizer.plan_columns import decode_column, encode_table, merge_en
 
 SNAPSHOT_RESOURCE = "data/snapshot.json.gz"
 COLUMNS_RESOURCE = "data/snapshot-columns.bin.gz"
-COLUMNS_FORMAT = 1
+COLUMNS_FORMAT = 2
+OFFER_JSON_ROWS = 64  # offers per chunk of their JSON: a chunk of 64 inflates in ~0.05 ms
 _OFFERS = TypeAdapter(list[Offer])
 
 
@@ -67,15 +72,11 @@ class BundledColumns:
     def part(self, providers: Sequence[str]) -> tuple[Any, Any]:
         """(the Part of `providers`' offers, rows section by section in the order given; the
         resolver of its rows' full offers). ValueError, TypeError or KeyError when damaged."""
-        from rentopt.optimizer.offer_table import Texts
-
         sizes = self._sizes
         chosen = list(providers)
         names = sorted({name for p in chosen for name in self._columns[p]} - {"offer_json"})
         part = merge_encoded(self._read(chosen), chosen, [sizes[p] for p in chosen], names)
-        texts = {p: self._decoded(p, "offer_json") for p in chosen}
-        if any(not isinstance(t, Texts) or len(t) != sizes[p] for p, t in texts.items()):
-            raise ValueError("the offers' JSON does not match the columns")
+        texts = {p: _OfferJson(self._columns[p]["offer_json"], sizes[p]) for p in chosen}
         where = [(p, r) for p in chosen for r in range(sizes[p])]  # part row -> (provider, its row)
 
         def resolve(rows: Sequence[int]) -> list[Offer]:
@@ -107,13 +108,48 @@ class BundledColumns:
         todo = sorted({w for w in wanted if w not in self._parsed})
         if todo:
             try:
-                parsed = _OFFERS.validate_json("[" + ",".join(texts[p][r] for p, r in todo) + "]")
+                text = "[" + ",".join(texts[p][r] for p, r in todo) + "]"
+            except (zlib.error, ValueError) as exc:  # a chunk that does not inflate, or of the wrong size
+                raise StoreError(f"the bundled price snapshot's columns are damaged (offers' JSON: {exc}); reinstall "
+                                 "rentopt or run `rentopt refresh`") from None
+            try:
+                parsed = _OFFERS.validate_json(text)
             except ValidationError as exc:
                 first = exc.errors()[0]
                 raise StoreError(f"the bundled price snapshot's columns are damaged ({'.'.join(map(str, first['loc']))}:"
                                  f" {first['msg']}); reinstall rentopt or run `rentopt refresh`") from None
             self._parsed.update(zip(todo, parsed))
         return [self._parsed[w] for w in wanted]
+
+
+class _OfferJson:
+    """One section's `offer_json` column: its offers' JSON by row, each chunk of OFFER_JSON_ROWS
+    rows inflated the first time one of its rows is read. ValueError when the chunks cannot be
+    this section's (their count or lengths)."""
+
+    def __init__(self, column: tuple, rows: int):
+        encoding, data, lengths = column
+        if encoding != "json-chunks" or not isinstance(lengths, list) or \
+                len(lengths) != -(-rows // OFFER_JSON_ROWS) or sum(lengths) != len(data or b""):
+            raise ValueError("the offers' JSON does not match the columns")
+        self.rows, self._data = rows, data
+        self._starts = list(accumulate(lengths, initial=0))
+        self._chunks: dict[int, list[str]] = {}
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, row: int) -> str:
+        if not 0 <= row < self.rows:
+            raise IndexError(row)
+        n, i = divmod(row, OFFER_JSON_ROWS)
+        chunk = self._chunks.get(n)
+        if chunk is None:
+            chunk = zlib.decompress(self._data[self._starts[n]:self._starts[n + 1]]).decode().split("\x00")
+            if len(chunk) != min(OFFER_JSON_ROWS, self.rows - n * OFFER_JSON_ROWS):
+                raise ValueError(f"chunk {n} holds {len(chunk)} offers")
+            self._chunks[n] = chunk
+        return chunk[i]
 
 
 def encode(snapshot_raw: bytes, snapshot: Any) -> bytes:
@@ -129,7 +165,9 @@ def encode(snapshot_raw: bytes, snapshot: Any) -> bytes:
         texts = [o.model_dump_json() for o in section.offers]
         if any("\x00" in t for t in texts):  # JSON escapes control characters; a NUL here is a bug
             raise ValueError(f"{section.provider}: an offer's JSON holds a NUL")
-        encoded = [*encode_table(table), ("offer_json", "text", "\x00".join(texts).encode(), None)]
+        chunks = [zlib.compress("\x00".join(texts[i:i + OFFER_JSON_ROWS]).encode(), 9)
+                  for i in range(0, len(texts), OFFER_JSON_ROWS)]
+        encoded = [*encode_table(table), ("offer_json", "json-chunks", b"".join(chunks), [len(c) for c in chunks])]
         columns = []
         for name, encoding, data, meta in encoded:
             columns.append([name, encoding, None if data is None else len(body), None if data is None else len(data), meta])

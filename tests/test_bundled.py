@@ -8,6 +8,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import zlib
+from itertools import accumulate
 
 import numpy as np
 import pytest
@@ -109,6 +111,10 @@ def _damaged() -> list[tuple[str, bytes]]:
         column = next(c for c in h["sections"][1]["columns"] if c[1] == "f8")
         column[3] -= 8
 
+    def offers_json_lengths_off(h: dict) -> None:  # chunks that cannot hold the section's offers
+        column = next(c for c in h["sections"][0]["columns"] if c[0] == "offer_json")
+        column[4] = column[4][:-1]
+
     def no_offer_json(h: dict) -> None:
         h["sections"][0]["columns"] = [c for c in h["sections"][0]["columns"] if c[0] != "offer_json"]
 
@@ -117,6 +123,7 @@ def _damaged() -> list[tuple[str, bytes]]:
         ("a newer format", rewritten(other_format)),
         ("a short column", rewritten(short_column)),
         ("no offers' JSON", rewritten(no_offer_json)),
+        ("offers' JSON chunks of other lengths", rewritten(offers_json_lengths_off)),
         ("truncated", columns[:len(columns) // 2]),
         ("not gzip", b"{}"),
     ]
@@ -139,18 +146,73 @@ def test_a_columns_file_that_cannot_be_used_is_not_used_and_the_quote_is_the_sam
     assert json.loads(good.stdout)["plans"] == json.loads(bad.stdout)["plans"] and json.loads(good.stdout)["plans"]
 
 
-def test_an_offer_the_columns_hold_damaged_is_a_store_error_naming_the_way_out(monkeypatch):
-    columns, snapshot = shipped()
+def _with_offers_json(columns: bytes, change, section: int) -> bytes:  # noqa: ANN001
+    """The columns file `columns` with section number `section`'s offers' JSON chunks (zlib,
+    OFFER_JSON_ROWS offers each) passed through `change`, every column's offset moved to match."""
     text = gzip.decompress(columns)
     end = text.index(b"\n")
-    body = text[end + 1:]
-    # the first offer's price amount, in its JSON, made unreadable (same length, so every offset holds)
-    spot = body.index(b'"amount":"') + len(b'"amount":"')
-    body = body[:spot] + b"x" + body[spot + 1:]
-    read = bundled.decode(gzip.compress(text[:end + 1] + body), snapshot)
-    part, resolve = read.part([read.sections[0].provider])
+    header, body, out = json.loads(text[:end]), text[end + 1:], bytearray()
+    for n, columns_of in enumerate(h["columns"] for h in header["sections"]):
+        for column in columns_of:
+            name, _, offset, length, lengths = column
+            if offset is None:
+                continue
+            data = body[offset:offset + length]
+            if n == section and name == "offer_json":
+                starts = list(accumulate(lengths, initial=0))
+                chunks = change([data[a:b] for a, b in zip(starts, starts[1:])])
+                data, column[4] = b"".join(chunks), [len(c) for c in chunks]
+            column[2], column[3] = len(out), len(data)
+            out += data
+    return gzip.compress(json.dumps(header).encode() + b"\n" + bytes(out))
+
+
+def _unreadable_amount(chunks: list[bytes]) -> list[bytes]:
+    first = zlib.decompress(chunks[0])
+    at = first.index(b'"amount":"') + len(b'"amount":"')  # the first offer's price amount
+    return [zlib.compress(first[:at] + b"x" + first[at + 1:]), *chunks[1:]]
+
+
+def _one_offer_short(chunks: list[bytes]) -> list[bytes]:
+    first = zlib.decompress(chunks[0])
+    return [zlib.compress(first[:first.rindex(b"\x00")]), *chunks[1:]]
+
+
+@pytest.mark.parametrize("change", [_unreadable_amount, _one_offer_short, lambda chunks: [b"not zlib", *chunks[1:]]],
+                         ids=["an unreadable amount", "a chunk one offer short", "a chunk that does not inflate"])
+def test_an_offer_the_columns_hold_damaged_is_a_store_error_naming_the_way_out(change):
+    columns, snapshot = shipped()
+    sizes = [s.offers for s in bundled.decode(columns, snapshot).sections]
+    biggest = sizes.index(max(sizes))  # several chunks
+    read = bundled.decode(_with_offers_json(columns, change, biggest), snapshot)
+    assert read is not None  # the damage is inside a chunk: found only when its offers are read
+    part, resolve = read.part([read.sections[biggest].provider])
     with pytest.raises(StoreError, match="bundled price snapshot's columns are damaged.*reinstall rentopt"):
         resolve([0])
+    assert resolve([part.n - 1])  # an offer of another chunk still reads
+
+
+def test_the_offers_json_is_read_in_chunks_of_the_rows_asked_for():
+    """A quote keeps a few dozen of the thousands of offers: only their chunks are inflated (the
+    JSON is most of the file: inflating it whole took ~6 ms of a quote's start-up)."""
+    columns, snapshot = shipped()
+    read = bundled.decode(columns, snapshot)
+    provider = max(read.sections, key=lambda s: s.offers).provider  # several chunks
+    part, resolve = read.part([provider])
+    assert part.n > 3 * bundled.OFFER_JSON_ROWS
+    inflated = []
+    real = zlib.decompress
+
+    def counting(data: bytes) -> bytes:
+        inflated.append(len(data))
+        return real(data)
+
+    want = [o for p in bundled_snapshot().providers if p.provider == provider for o in p.offers]
+    rows = [0, bundled.OFFER_JSON_ROWS - 1, bundled.OFFER_JSON_ROWS, part.n - 1]  # either side of a chunk's end
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bundled.zlib, "decompress", counting)
+        assert resolve(rows) == [want[r] for r in rows]
+    assert len(inflated) == 3  # chunks 0, 1 and the last
 
 
 def test_a_filtered_lazy_set_is_as_old_as_the_offers_it_kept(rentopt_home):

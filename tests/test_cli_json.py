@@ -78,3 +78,32 @@ def test_the_cli_turns_numpys_huge_pages_off_before_numpy_is_imported_unless_the
     assert bad.returncode == 2, bad.stderr
     assert bad.stderr.strip() == ("rentopt: error: NUMPY_MADVISE_HUGEPAGE='abc': NumPy reads it as a whole number "
                                   "(0: huge pages off, 1: on)")
+
+
+def test_the_cli_looks_for_no_pydantic_plugins_unless_the_user_set_the_switch():
+    """pydantic looks for plugins by reading every installed distribution's entry points when it
+    builds its first model; rentopt uses none, so main() turns the search off before a model is
+    built, and keeps a value the user gave (here: empty, so plugins are looked for)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "\n".join([
+        "import importlib.metadata as md, os, sys",
+        "searches = []",
+        "real = md.distributions",
+        "md.distributions = lambda *a, **k: searches.append(1) or real(*a, **k)",
+        "import rentopt.optimizer.cli as cli",
+        "sys.argv = ['rentopt', 'models', '--format', 'json']",  # builds pydantic models (ModelSpec)
+        "try:",
+        "    cli.main()",
+        "except SystemExit:",
+        "    pass",
+        "print(len(searches), repr(os.environ.get('PYDANTIC_DISABLE_PLUGINS')), file=sys.stderr)",
+    ])
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stderr.split()[-2:] == ["0", "'__all__'"]
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "PYDANTIC_DISABLE_PLUGINS": ""},
+                         capture_output=True, text=True, check=True)
+    assert out.stderr.split()[-2:] == ["1", "''"]

@@ -18,7 +18,6 @@ cards are neither PCIe nor SXM for that purpose.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -609,6 +608,8 @@ def read_user_gpu(text: str) -> tuple[GpuSpec, str]:
 
 
 def _close_ids(text: str, limit: int = 3) -> list[str]:
+    import difflib  # only for an unknown name's message: a quote of known GPUs never loads it
+
     index = _index()
     names: dict[str, list[str]] = {key: [gpu_id] for key, gpu_id in index.exact.items()}
     names.update({key: list(ids) for key, ids in index.ambiguous.items()})

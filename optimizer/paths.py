@@ -7,7 +7,6 @@ one check that the folder can be used, so every command says the same thing when
 from __future__ import annotations
 
 import errno
-import shlex
 from pathlib import Path
 
 from rentopt.optimizer.errors import FileSystemError
@@ -55,6 +54,8 @@ def check_home(home: Path) -> None:
     except OSError as exc:
         raise fs_error(exc, home, "read") from None
     if exists and not is_dir:
+        import shlex  # error messages only (a command that succeeds never loads it)
+
         raise FileSystemError(
             f"RENTOPT_HOME {home} is a file, not a directory; point RENTOPT_HOME at a directory "
             f"(or move the file aside: mv {shlex.quote(str(home))} {shlex.quote(str(home) + '.bak')})"
@@ -91,6 +92,8 @@ def fs_error(exc: OSError, path: Path, doing: str) -> FileSystemError:
     if code == errno.ENOTDIR:
         return FileSystemError(f"cannot {doing} {path}: a part of the path is a file, not a directory; {_how_to_set(path)}")
     if code == errno.EISDIR:
+        import shlex
+
         return FileSystemError(f"cannot {doing} {path}: it is a directory, not a file; move it aside "
                                f"(mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.bak')})")
     return FileSystemError(f"cannot {doing} {path}: {exc.strerror or exc}")

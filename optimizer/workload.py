@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
@@ -270,6 +269,8 @@ def _nearest_shape(shown: str, count: int) -> ModelSpec:
 
 
 def _unknown_message(text: str) -> str:
+    import difflib  # only for an unknown model's message: a quote of a known one never loads it
+
     catalog = _catalog()
     close = difflib.get_close_matches(_normalise(text), list(catalog.keys), n=8, cutoff=0.5)
     ids = list(dict.fromkeys(catalog.keys[k] for k in close))[:3]

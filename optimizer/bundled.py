@@ -28,12 +28,12 @@ import gzip
 import hashlib
 import json
 import zlib
-from itertools import accumulate
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from importlib import resources
+from itertools import accumulate
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError

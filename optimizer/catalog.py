@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from rentopt.optimizer.store import HistorySnapshot, Store
 
 SNAPSHOT_FORMAT = 2
+SortKey = Literal["price", "gpu", "provider", "memory"]
+# Where one provider's offers in an OfferSet come from.
+ProviderOrigin = PriceOrigin
 
 
 def open_readonly(path: Path) -> Store | None:
@@ -74,9 +77,6 @@ def load_fx(overrides: Mapping[str, Decimal] | None = None, config_path: Path | 
 
         stored = stored_fx_history()
     return FxTable.load(overrides, config_path, histories=[h for h in (stored, bundled_history()) if h is not None])
-SortKey = Literal["price", "gpu", "provider", "memory"]
-# Where one provider's offers in an OfferSet come from.
-ProviderOrigin = PriceOrigin
 
 
 # The snapshot file's models are built (pydantic's schema and validator) when a file is first read

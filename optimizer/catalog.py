@@ -46,7 +46,7 @@ from rentopt.optimizer.paths import no_store_at, store_path
 if TYPE_CHECKING:
     from rentopt.optimizer.currency import FxTable
     from rentopt.optimizer.offer_table import OfferTable
-    from rentopt.optimizer.store import HistorySnapshot, Store
+    from rentopt.optimizer.store import HistoryColumns, HistorySnapshot, Store
 
 SNAPSHOT_FORMAT = 2
 SortKey = Literal["price", "gpu", "provider", "memory"]
@@ -834,23 +834,29 @@ class HistoryView:
             return [{"fetched_at": h.fetched_at, "offers": h.offers} for h in self.bundled[provider]]
         return []
 
-    def price_history(self, gpu: str, since: datetime | None = None) -> list:
-        """HistoryPoints of `gpu` at every provider of the set, oldest first."""
-        from rentopt.optimizer.store import HistoryPoint
+    def price_history_columns(self, gpus: Sequence[str], since: datetime | None = None) -> HistoryColumns:
+        """The price history of each of `gpus` at every provider of the set, as columns
+        (store.HistoryColumns): a store provider's points of its current plugin, a bundled one's
+        from the bundled snapshot; one GPU's points oldest first, as `Store.price_history` orders
+        them."""
+        from rentopt.optimizer.store import HistoryColumns
 
-        points = []
+        points = HistoryColumns()
         if self.store is not None:
-            points += [h for h in self.store.price_history(gpu, since=since) if self._origin(h.provider) == "store"
-                       and (h.plugin or h.provider) == (self.provenance[h.provider].plugin or h.provider)]
+            # Only the current plugin's snapshots of a store provider (as snapshot_summaries).
+            plugins = {name: p.plugin or name for name, p in self.provenance.items() if p.origin == "store"}
+            points = self.store.price_history_columns(gpus, since=since, plugins=plugins)
+        wanted = set(gpus)
+        rows = []
         for name, history in self.bundled.items():
-            if self._origin(name) != "bundled":
-                continue
-            for h in history:
-                if since is not None and h.fetched_at < since:
-                    continue
-                points += [HistoryPoint(name, h.fetched_at, g, n, bool(spot), ccy, k, Decimal(lo), Decimal(mid))
-                           for g, n, spot, ccy, k, lo, mid in h.rows if g == gpu]
-        return sorted(points, key=lambda h: (h.fetched_at, h.provider, h.gpus, h.spot))
+            if self._origin(name) == "bundled":
+                rows += [(g, h.fetched_at, name, n, bool(spot), ccy, lo) for h in history
+                         if since is None or h.fetched_at >= since for g, n, spot, ccy, _, lo, _ in h.rows if g in wanted]
+        if rows:
+            rows.sort(key=lambda r: r[:5])  # stable: by GPU, then as Store.price_history orders one GPU's
+            gpu, when, name, count, spot, currency, low = (list(column) for column in zip(*rows))
+            points += HistoryColumns(name, when, gpu, count, spot, currency, [Decimal(x) for x in low], [None] * len(rows))
+        return points
 
     def states(self) -> dict:
         """The store's ProviderStates of the store providers (errors, last success)."""

@@ -47,7 +47,7 @@ from rentopt.optimizer.job import QuoteRequest, gpu_name_notes, parse_gpu_filter
 from rentopt.optimizer.planner import build_quote
 from rentopt.optimizer.offer_table import OfferTable
 from rentopt.optimizer.render import cost_text, money, number
-from rentopt.optimizer.store import OfferQuery
+from rentopt.optimizer.store import HistoryColumns, OfferQuery
 from rentopt.optimizer.text import escape_html as esc
 from rentopt.optimizer.text import escape_markdown as md
 from rentopt.optimizer.workload import resolve_model
@@ -531,8 +531,11 @@ def _store_facts(offers: OfferSet, rows: _RowFacts, providers: list[str], reques
         previous = {p: [row["fetched_at"] for row in rows[-2:]] for p, rows in summaries.items()}
         window_start = now - request.since
         start = min([window_start] + [t[0] for t in previous.values() if t])
-        points = {g: [h for h in history.price_history(g, since=start) if h.provider in providers] for g in rows.gpus}
-    by_key = history_points_by_key(points, fx, currency)
+        points = history.price_history_columns(rows.gpus, since=start)
+    by_key = history_points_by_key(points, fx, currency)  # the points of `providers` (offers.provenance) alone
+    by_provider: dict[str, dict[tuple[str, str, bool], dict[datetime, Decimal]]] = defaultdict(dict)
+    for key, points_of_key in by_key.items():
+        by_provider[key[0]][key] = points_of_key
     # A bundled provider's history is its published catalogs': the window ends at its own last one.
     series: dict[str, list[HistorySeries]] = defaultdict(list)
     anchored = []
@@ -541,7 +544,7 @@ def _store_facts(offers: OfferSet, rows: _RowFacts, providers: list[str], reques
         start_p = (last[0] - request.since) if last and last[0] - request.since < window_start else window_start
         if start_p < window_start:
             anchored.append(f"{p} up to {last[0]:%Y-%m-%d}")
-        for gpu, lines in history_series({k: v for k, v in by_key.items() if k[0] == p}, start_p).items():
+        for gpu, lines in history_series(by_provider.get(p, {}), start_p).items():
             series[gpu] += lines
     note = None
     if all(len(t) < 2 for t in previous.values()):
@@ -806,18 +809,20 @@ def short_reason(exc: NoFeasiblePlan, limit: int = 160) -> str:
 RUN_GAP = timedelta(minutes=15)
 
 
-def history_points_by_key(points: dict, fx: FxTable, currency: str) -> dict[tuple[str, str, bool], dict[datetime, Decimal]]:
+def history_points_by_key(points: HistoryColumns, fx: FxTable,
+                          currency: str) -> dict[tuple[str, str, bool], dict[datetime, Decimal]]:
     """(provider, gpu, spot) -> {fetched_at: min price per GPU-hour over node sizes and currencies},
-    each snapshot converted at the exchange rate of its own day."""
+    each snapshot converted at the exchange rate of its own day. A point in a currency without
+    a rate is left out."""
+    known = {c: fx.knows(c) for c in set(points.currency)}
+    if not all(known.values()):
+        points = points.take(i for i, c in enumerate(points.currency) if known[c])
+    prices = fx.convert_each(points.min_gpu_hour, points.currency, points.fetched_at, currency)
     out: dict[tuple[str, str, bool], dict[datetime, Decimal]] = defaultdict(dict)
-    for gpu, rows in points.items():
-        for h in rows:
-            if not fx.knows(h.currency):
-                continue
-            price = fx.convert(h.min_gpu_hour, h.currency, currency, on=h.fetched_at)
-            series = out[(h.provider, gpu, h.spot)]
-            if h.fetched_at not in series or price < series[h.fetched_at]:
-                series[h.fetched_at] = price
+    for provider, gpu, spot, when, price in zip(points.provider, points.gpu, points.spot, points.fetched_at, prices):
+        series = out[(provider, gpu, spot)]
+        if (best := series.get(when)) is None or price < best:
+            series[when] = price
     return out
 
 

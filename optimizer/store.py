@@ -68,6 +68,9 @@ HISTORY_QUANTUM = Decimal("0.000001")
 # comparisons); the Decimal in the offer JSON stays the price of record.
 MICROS = Decimal(1_000_000)
 BUSY_TIMEOUT_MS = 5000
+# Values bound in one statement, under SQLite builds' oldest limit of 999 host parameters
+# (SQLITE_MAX_VARIABLE_NUMBER before 3.32.0, https://www.sqlite.org/limits.html#max_variable_number).
+SQL_VARIABLES = 900
 log = redacted_logger("rentopt.store")
 
 
@@ -241,6 +244,37 @@ class HistoryPoint:
     min_gpu_hour: Decimal
     median_gpu_hour: Decimal
     plugin: str | None = None  # the plugin whose snapshot this is
+
+
+@dataclass(frozen=True)
+class HistoryColumns:
+    """History points as columns, entry i of each list one point: the cheapest GPU-hour of one
+    (provider, GPU, count, kind, currency) on one refresh, as `HistoryPoint` has it, for readers
+    of thousands of points (a report's price history) that need no object per point."""
+
+    provider: list[str] = field(default_factory=list)
+    fetched_at: list[datetime] = field(default_factory=list)
+    gpu: list[str] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    spot: list[bool] = field(default_factory=list)
+    currency: list[str] = field(default_factory=list)
+    min_gpu_hour: list[Decimal] = field(default_factory=list)
+    plugin: list[str | None] = field(default_factory=list)  # the plugin whose snapshot it is
+
+    def __len__(self) -> int:
+        return len(self.provider)
+
+    def take(self, rows: Iterable[int]) -> HistoryColumns:
+        """The points at `rows`, in that order."""
+        rows = list(rows)
+        return HistoryColumns(*([column[i] for i in rows] for column in self._columns()))
+
+    def __add__(self, other: HistoryColumns) -> HistoryColumns:
+        return HistoryColumns(*(a + b for a, b in zip(self._columns(), other._columns(), strict=True)))
+
+    def _columns(self) -> tuple[list, ...]:
+        return (self.provider, self.fetched_at, self.gpu, self.gpus, self.spot, self.currency, self.min_gpu_hour,
+                self.plugin)
 
 
 @dataclass(frozen=True)
@@ -1149,6 +1183,36 @@ class Store:
             HistoryPoint(p, parse_timestamp(t), g, n, bool(s), c, k, Decimal(lo), Decimal(med), plugin)  # type: ignore[arg-type]
             for p, t, g, n, s, c, k, lo, med, plugin in rows
         ]
+
+    def price_history_columns(self, gpus: Sequence[str], since: datetime | None = None, *,
+                              plugins: Mapping[str, str] | None = None) -> HistoryColumns:
+        """The min price per GPU-hour of each of `gpus` per snapshot, as columns: one query for
+        all the GPUs (in groups of `SQL_VARIABLES`), GPU by GPU, each as `price_history` orders
+        it. `plugins`: only these providers' points, each from the snapshots of the plugin named
+        (a snapshot without one is its provider's own). Each distinct timestamp is parsed once."""
+        out = HistoryColumns()
+        wanted = sorted(set(gpus))
+        for start in range(0, len(wanted), SQL_VARIABLES):
+            group = wanted[start:start + SQL_VARIABLES]
+            sql = ("SELECT h.provider, h.fetched_at, h.gpu, h.gpus, h.spot, h.currency, h.min_gpu_hour, s.plugin"
+                   " FROM price_history h JOIN snapshots s ON s.id = h.snapshot_id"
+                   f" WHERE h.gpu IN ({', '.join('?' * len(group))})")
+            args: list[object] = list(group)
+            if since is not None:
+                sql += " AND h.fetched_at >= ?"
+                args.append(timestamp(since))
+            sql += " ORDER BY h.gpu, h.fetched_at, h.provider, h.gpus, h.spot"
+            with _sql_errors(self.path):
+                rows = self.db.execute(sql, args).fetchall()
+            if plugins is not None:
+                rows = [r for r in rows if plugins.get(r[0]) == (r[7] or r[0])]
+            if not rows:
+                continue
+            provider, when, gpu, count, spot, currency, low, plugin = (list(column) for column in zip(*rows))
+            times = {t: parse_timestamp(t) for t in set(when)}
+            out += HistoryColumns(provider, [times[t] for t in when], gpu, count, [bool(x) for x in spot], currency,
+                                  [Decimal(x) for x in low], plugin)
+        return out
 
     def offer_price_changes(self, provider: str, offer_id: str) -> list[tuple[datetime, str]]:
         """(fetched_at, prices JSON) each time the offer appeared or its prices changed."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, timezone
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -52,6 +53,29 @@ def test_the_rate_of_the_prices_day_from_the_shipped_ecb_history():
     assert fx.rate("EUR", on=date(2026, 8, 2)).per_usd == D("0.870701")
     assert fx.convert(D("720"), "CNY", "EUR", on=date(2026, 8, 2)).quantize(D("0.000001")) == D("92.856477")
     assert fx.rate("usd").per_usd == 1
+
+
+def test_converting_many_amounts_looks_each_currency_and_day_up_once(monkeypatch):
+    fx = FxTable.load(histories=[history(ECB_OCT_30, ECB_JUL_31)], config_path=Path("/nonexistent"))
+    aug, nov = datetime(2026, 8, 3, 3, tzinfo=timezone.utc), datetime(2026, 11, 2, 3, tzinfo=timezone.utc)
+    asked = []
+    rate = FxTable.rate
+    monkeypatch.setattr(FxTable, "rate", lambda self, code, on=None: asked.append((code, on)) or rate(self, code, on))
+    amounts = [D("7920"), D("1.32"), D("7920"), D("2.50"), D("720")]
+    got = fx.convert_each(amounts, ["CNY", "CNY", "CNY", "USD", "JPY"], [aug, aug, nov, nov, nov], "USD")
+    # 7920 / 6.75133 (2026-07-31: 7.7539 / 1.1485) = 1173.10219; 1.32 / 6.75133 = 0.195517;
+    # 7920 / 6.65288 (2026-10-30: 7.4326 / 1.1172) = 1190.461875; USD stays; 720 / 157.250 (175.68 / 1.1172) = 4.578696
+    assert [g.quantize(D("0.000001")) for g in got] == [D("1173.102189"), D("0.195517"), D("1190.461875"),
+                                                        D("2.50"), D("4.578696")]
+    assert got[3] == D("2.50") and str(got[3]) == "2.50"  # the amount itself, as convert gives it
+    # each distinct (currency, day): its rate and the target's, once
+    assert len(asked) == 2 * 4 and set(asked) == {(c, d) for c, d in [("CNY", aug), ("CNY", nov), ("USD", nov),
+                                                                       ("JPY", nov), ("USD", aug)]}
+    monkeypatch.undo()
+    assert got == [fx.convert(a, c, "USD", on=d) for a, c, d in zip(amounts, ["CNY", "CNY", "CNY", "USD", "JPY"],
+                                                                         [aug, aug, nov, nov, nov])]
+    with pytest.raises(InputError, match="unknown currency 'XYZ'"):
+        fx.convert_each([D(1)], ["XYZ"], [None], "USD")
 
 
 def test_without_a_date_the_latest_shipped_rate_is_used():

@@ -55,7 +55,7 @@ from rentopt.optimizer.report import (
     render_markdown,
 )
 from rentopt.optimizer.charts import line_chart, nice_ticks, time_ticks
-from rentopt.optimizer.store import HistoryPoint, open_readonly
+from rentopt.optimizer.store import HistoryColumns, open_readonly
 from rentopt.providers.base import HttpSettings, load_providers
 from tools.fixture_routes import find_route
 from tools.fixture_routes import load_manifest
@@ -629,14 +629,34 @@ def test_history_converts_each_snapshot_at_its_own_days_rate():
     fx = FxTable.load(histories=[EcbHistory.from_csv(
         "Date,USD,CNY,\n2026-10-30,1.1172,7.4326,\n2026-07-31,1.1485,7.7539,\n", "ECB test copy")])
     aug, nov = datetime(2026, 8, 3, 3, tzinfo=timezone.utc), datetime(2026, 11, 2, 3, tzinfo=timezone.utc)
-    point = functools.partial(HistoryPoint, "sheet", gpu="RTX-3090-24GB", gpus=1, spot=False, currency="CNY",
-                              offers=1, median_gpu_hour=Decimal("1.32"))
-    by_key = history_points_by_key({"RTX-3090-24GB": [point(aug, min_gpu_hour=Decimal("1.32")),
-                                                       point(nov, min_gpu_hour=Decimal("1.32"))]}, fx, "USD")
+    points = HistoryColumns(["sheet"] * 2, [aug, nov], ["RTX-3090-24GB"] * 2, [1, 1], [False] * 2, ["CNY"] * 2,
+                            [Decimal("1.32")] * 2, ["sheet"] * 2)
+    by_key = history_points_by_key(points, fx, "USD")
     series = by_key[("sheet", "RTX-3090-24GB", False)]
     # 1.32 / 6.75133 = 0.195517; 1.32 / 6.65288 = 0.198410: the same CNY price, two USD values.
     assert series[aug].quantize(Decimal("0.000001")) == Decimal("0.195517")
     assert series[nov].quantize(Decimal("0.000001")) == Decimal("0.198410")
+
+
+def test_history_keeps_each_snapshots_cheapest_over_sizes_and_currencies_and_no_unrated_currency():
+    fx = FxTable.load(overrides={"CNY": Decimal("8")}, histories=[])
+    later = T0 + timedelta(days=1)
+    #           provider,  time,  gpu,            GPUs, spot,  currency, min per GPU-hour
+    points = [("lambda", T0, "H100-SXM-80GB", 8, False, "USD", "2.000000"),
+              ("lambda", T0, "H100-SXM-80GB", 1, False, "CNY", "14.000000"),  # 14 / 8 = 1.75 USD: the cheapest
+              ("lambda", T0, "H100-SXM-80GB", 1, False, "XYZ", "0.100000"),  # no rate for XYZ: left out
+              ("lambda", T0, "H100-SXM-80GB", 8, True, "USD", "1.000000"),
+              ("lambda", later, "H100-SXM-80GB", 8, False, "USD", "2.500000"),
+              ("autodl", T0, "H100-SXM-80GB", 2, False, "CNY", "16.000000")]
+    provider, when, gpu, gpus, spot, currency, low = (list(c) for c in zip(*points))
+    columns = HistoryColumns(provider, when, gpu, gpus, spot, currency, [Decimal(x) for x in low], provider)
+    assert history_points_by_key(columns, fx, "USD") == {
+        ("lambda", "H100-SXM-80GB", False): {T0: Decimal("1.75"), later: Decimal("2.5")},
+        ("lambda", "H100-SXM-80GB", True): {T0: Decimal(1)},
+        ("autodl", "H100-SXM-80GB", False): {T0: Decimal(2)},
+    }
+    # in CNY: the USD prices times 8, the CNY ones as they are
+    assert history_points_by_key(columns, fx, "CNY")[("lambda", "H100-SXM-80GB", False)] == {T0: 14, later: 20}
 
 
 def test_an_unknown_charge_is_shown_as_unknown_never_as_free_and_ranks_after_a_fully_priced_tie(rentopt_home):

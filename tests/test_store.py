@@ -493,6 +493,43 @@ def test_history_keeps_min_and_median_per_gpu_hour(db_path):
         assert s.db.execute("SELECT count(*) FROM price_history WHERE gpu IS NULL").fetchone()[0] == 0
 
 
+@pytest.mark.parametrize("group", [store.SQL_VARIABLES, 1])
+def test_history_columns_are_the_points_of_several_gpus_read_at_once(db_path, monkeypatch, group):
+    monkeypatch.setattr(store, "SQL_VARIABLES", group)  # 1: one query per GPU, the groups joined up
+    day = timedelta(days=1)
+    with open_writable(db_path) as s:
+        s.write_snapshot("alpha", [make_offer("x", price="16"), make_offer("one", gpus=1, price="2.5"),
+                                   make_offer("a", gpu="A100-SXM-80GB", price="12", currency="CNY"),
+                                   make_offer("l", gpu="L4-24GB", gpus=1, price="0.7")], fetched_at=T0)
+        s.write_snapshot("alpha", [make_offer("x", price="15")], fetched_at=T0 + day)
+        s.write_snapshot("beta", [make_offer("b", provider="beta", price="12", spot=True)], fetched_at=T0 + day,
+                         plugin="sheet")
+        wanted = ["H100-SXM-80GB", "A100-SXM-80GB", "H100-SXM-80GB", "B200-192GB"]
+
+        def rows(columns: store.HistoryColumns) -> list[tuple]:
+            return list(zip(columns.provider, columns.fetched_at, columns.gpu, columns.gpus, columns.spot,
+                            columns.currency, columns.min_gpu_hour, columns.plugin, strict=True))
+
+        # Per GPU-hour: 12 CNY / 8, 2.5 / 1, 16 / 8, 15 / 8, 12 / 8; GPU by GPU, then by time, provider, size
+        assert rows(s.price_history_columns(wanted)) == [
+            ("alpha", T0, "A100-SXM-80GB", 8, False, "CNY", Decimal("1.5"), "alpha"),
+            ("alpha", T0, "H100-SXM-80GB", 1, False, "USD", Decimal("2.5"), "alpha"),
+            ("alpha", T0, "H100-SXM-80GB", 8, False, "USD", Decimal("2"), "alpha"),
+            ("alpha", T0 + day, "H100-SXM-80GB", 8, False, "USD", Decimal("1.875"), "alpha"),
+            ("beta", T0 + day, "H100-SXM-80GB", 8, True, "USD", Decimal("1.5"), "sheet"),
+        ]
+        # the same points as price_history's, one GPU at a time
+        for since in (None, T0 + timedelta(hours=1)):
+            one_by_one = [(h.provider, h.fetched_at, h.gpu, h.gpus, h.spot, h.currency, h.min_gpu_hour, h.plugin)
+                          for g in ("A100-SXM-80GB", "H100-SXM-80GB") for h in s.price_history(g, since=since)]
+            assert rows(s.price_history_columns(wanted, since=since)) == one_by_one
+        assert [r[1] for r in rows(s.price_history_columns(wanted, since=T0 + timedelta(hours=1)))] == [T0 + day] * 2
+        # plugins: only the providers named, each from its plugin's snapshots
+        assert {r[0] for r in rows(s.price_history_columns(wanted, plugins={"alpha": "alpha"}))} == {"alpha"}
+        assert rows(s.price_history_columns(wanted, plugins={"beta": "beta", "alpha": "sheet"})) == []
+        assert len(s.price_history_columns([])) == 0
+
+
 @pytest.mark.parametrize("provider, index", [("alpha", "price_history_gpu_provider"), (None, "price_history_gpu")])
 def test_history_query_is_one_indexed_lookup(db_path, provider, index):
     with open_writable(db_path) as s:

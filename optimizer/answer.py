@@ -133,10 +133,11 @@ def no_candidates(planned: Planned, req: QuoteRequest, offer_count: int) -> NoFe
 
 
 def quote_of(req: QuoteRequest, planned: Planned, bills: Sequence[PlanBill], offers: OfferSet, fx: FxTable,
-             validation_note: str | None, list_rejected: bool) -> Quote:
+             validation_note: str | None, list_rejected: bool, *, ranges: bool = True) -> Quote:
     """The Quote of the solver's `bills`, best first: their plans, the assumptions, the rates used and
-    the rejected offers (only counted when `list_rejected` is False)."""
-    plans = [plan_of(rank, bill, planned, offers) for rank, bill in enumerate(bills, start=1)]
+    the rejected offers (only counted when `list_rejected` is False). `ranges=False`: the plans'
+    totals at the ends of the training time's range are not priced (`plan_of`)."""
+    plans = [plan_of(rank, bill, planned, offers, ranges=ranges) for rank, bill in enumerate(bills, start=1)]
     used = [planned.candidates[uid].offer for b in bills for uid in (b.choice.train, b.choice.validate) if uid]
     prep = planned.prep
     assumptions = list(req.assumptions) + list(prep.train_memory.assumptions[:1]) + prep.notes + list(planned.work.notes)
@@ -183,8 +184,11 @@ def _stage(kind: StageKind, c: Candidate, bill: StageBill, hours: Decimal, layou
                      same_price_offers=list(same_price))
 
 
-def plan_of(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Plan:
-    """The solver's `bill` as the quote's plan number `rank`: its stages, totals, range and notes."""
+def plan_of(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet, *, ranges: bool = True) -> Plan:
+    """The solver's `bill` as the quote's plan number `rank`: its stages, totals, range and notes.
+
+    `ranges=False` leaves `total_low` and `total_high` unpriced (None), for a caller that shows
+    no range (the report's job tables: each is two more pricings of the whole plan)."""
     ccy = planned.instance.currency
     inst = planned.instance
     cands = planned.candidates
@@ -242,7 +246,7 @@ def plan_of(rank: int, bill: PlanBill, planned: Planned, offers: OfferSet) -> Pl
         prices.append(PriceSource(provider=o.provider, source=o.source,
                                   fetched_at=None if o.dated_by == "unknown" else o.fetched_at, dated_by=o.dated_by,
                                   origin=prov.origin if prov else offers.origin, stale=bool(prov and prov.stale)))
-    total_low, total_high = _range_totals(bill, planned, t)
+    total_low, total_high = _range_totals(bill, planned, t) if ranges else (None, None)
     tokens = Decimal(str(t.tokens)) if t.tokens is not None else None
     speed = t.speed
     li = bill.line_items()

@@ -707,14 +707,15 @@ def _ram_keys(gb: np.ndarray) -> np.ndarray:
 
 
 def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_rejected: bool = True,
-                per_provider: bool = False) -> Quote:
+                per_provider: bool = False, ranges: bool = True) -> Quote:
     """Plan the job over `offers`; raises NoFeasiblePlan (exit 3) when nothing fits.
 
     `list_rejected=False` leaves `Quote.rejected` empty and only counts them in
     `rejected_count` (a table without --explain does not need 10,000 rejection records).
     `per_provider=True`: the best plan of every provider that has one, each with all its stages
     at that provider (what planning each provider's offers alone gives), ranked; `req.top` is
-    not read.
+    not read. `ranges=False`: the plans' totals at the ends of the training time's range are not
+    priced (None; answer.plan_of).
     """
     table = offers.table()
     if per_provider:
@@ -734,7 +735,7 @@ def build_quote(req: QuoteRequest, offers: OfferSet, fx: FxTable, *, list_reject
     except NoFeasiblePlan as exc:
         raise explain_no_plan(NoFeasiblePlan(str(exc) + " Run with --explain to see the binding constraint and the "
                                              "rejected offers.", exc.reasons), planned, list_rejected) from None
-    return quote_of(req, planned, solution.plans, offers, fx, validation_note, list_rejected)
+    return quote_of(req, planned, solution.plans, offers, fx, validation_note, list_rejected, ranges=ranges)
 
 
 def _peak_scale(req: QuoteRequest, offers: OfferTable, fx: FxTable) -> MeasuredPeak:

@@ -760,12 +760,13 @@ def price_workload(workload: Workload, offers: OfferSet, providers: Sequence[str
                    alone: _Alone | None = None) -> WorkloadJobs:
     """The best plan at each provider, every stage at that provider: one planner pass over all
     the providers' offers (`build_quote(per_provider=True)`; a price the catalog holds out as
-    suspect stays out). A provider without a plan is planned alone, for its reason."""
+    suspect stays out). A provider without a plan is planned alone, for its reason. The report
+    shows each plan's total, line items and stages, never its range: the range is not priced."""
     request = quote_request(workload, currency)
     alone = alone or _Alone(offers)
     try:
         found = {plan.stages[0].provider: plan for plan in
-                 build_quote(request, offers, fx, list_rejected=False, per_provider=True).plans}
+                 build_quote(request, offers, fx, list_rejected=False, per_provider=True, ranges=False).plans}
     except NoFeasiblePlan:
         found = {}
     rows = []
@@ -778,7 +779,7 @@ def price_workload(workload: Workload, offers: OfferSet, providers: Sequence[str
             rows.append(JobRow(p, None, "no offers (every price held out as suspect)"))
             continue
         try:
-            quote = build_quote(request, mine, fx, list_rejected=False)
+            quote = build_quote(request, mine, fx, list_rejected=False, ranges=False)
         except NoFeasiblePlan as exc:
             rows.append(JobRow(p, None, short_reason(exc)))
             continue

@@ -83,3 +83,23 @@ def test_per_provider_plans_are_told_apart_by_provider_alone():
     assert {t.group for t in train} == {("a", ""), ("b", "")}
     assert {t.group for t in plan_instance(request, offers, FX, first_pass=False).instance.train} == {
         ("a", "H100-SXM-80GB"), ("a", "RTX-A6000-48GB"), ("b", "H100-SXM-80GB")}
+
+
+def test_the_reports_plans_are_the_quotes_less_the_range_it_never_shows():
+    """`ranges=False` (the report's passes) leaves only the totals at the ends of the speed range
+    unpriced: every other field of every plan is the quote's."""
+    offers = [offer("a-h", gpus=1, hourly="2.00", provider="a", **H100),
+              offer("a-x", gpus=4, hourly="3.16", provider="a", **A6000),
+              offer("b-h", gpus=8, hourly="19.90", provider="b", **H100)]
+    offer_set = OfferSet(offers=offers, origin="offers-file", provenance={}, prices_as_of=None, label="test")
+    request = quote_request(parse_workload("13b lora 2d"), "USD")
+    ranged = build_quote(request, offer_set, FX, list_rejected=False, per_provider=True).plans
+    plain = build_quote(request, offer_set, FX, list_rejected=False, per_provider=True, ranges=False).plans
+    assert len(ranged) == 2 and all(p.total_low is not None and p.total_high is not None for p in ranged)
+    assert all(p.total_low < p.total < p.total_high for p in ranged)  # a range of speeds, a range of bills
+    assert all(p.total_low is None and p.total_high is None for p in plain)
+    assert [p.model_dump(exclude={"total_low", "total_high"}) for p in plain] == \
+        [p.model_dump(exclude={"total_low", "total_high"}) for p in ranged]
+    rows = price_workload(parse_workload("13b lora 2d"), offer_set, ["a", "b"], FX, "USD").rows
+    assert [r.plan.total for r in rows] == [p.total for p in ranged]
+    assert all(r.plan.total_low is None for r in rows)

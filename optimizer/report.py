@@ -597,6 +597,7 @@ def gather_prices(offers: Iterable[Offer], fx: FxTable, currency: str) -> tuple[
     """
     table: dict[str, GpuPrices] = {}
     unlisted: set[str] = set()
+    converters: dict[tuple[str, datetime], Callable[[Decimal], Decimal]] = {}  # per currency and price date
     for o in offers:
         if o.gpu is None or o.gpu in unlisted:
             continue
@@ -611,14 +612,16 @@ def gather_prices(offers: Iterable[Offer], fx: FxTable, currency: str) -> tuple[
             if node_price is None:
                 continue
             native = node_price / o.gpus
-            cell = PriceCell(provider=o.provider, gpu=o.gpu, spot=spot,
-                             per_gpu_hour=fx.convert(native, o.currency, currency, on=o.fetched_at),
-                             native_per_gpu_hour=native, native_currency=o.currency, offer_id=o.offer_id,
-                             node_gpus=o.gpus, basis=_basis(o, spot), fetched_at=o.fetched_at)
+            if (convert := converters.get((o.currency, o.fetched_at))) is None:
+                convert = converters[(o.currency, o.fetched_at)] = fx.converter(o.currency, currency, on=o.fetched_at)
+            per_gpu_hour = convert(native)
             cells = table[o.gpu].spot if spot else table[o.gpu].on_demand
             best = cells.get(o.provider)
-            if best is None or (cell.per_gpu_hour, cell.offer_id) < (best.per_gpu_hour, best.offer_id):
-                cells[o.provider] = cell
+            if best is None or (per_gpu_hour, o.offer_id) < (best.per_gpu_hour, best.offer_id):
+                cells[o.provider] = PriceCell(
+                    provider=o.provider, gpu=o.gpu, spot=spot, per_gpu_hour=per_gpu_hour, native_per_gpu_hour=native,
+                    native_currency=o.currency, offer_id=o.offer_id, node_gpus=o.gpus, basis=_basis(o, spot),
+                    fetched_at=o.fetched_at)
     # Biggest memory first, then name: the order people scan a GPU list in.
     prices = sorted((g for g in table.values() if g.on_demand or g.spot), key=lambda g: (-g.spec.memory_gb, g.spec.id))
     return prices, sorted(unlisted)
@@ -669,6 +672,8 @@ def price_candidates(table: OfferTable, fx: FxTable, currency: str,
     # A spot offer has only interruptible options (models.Offer), so an offer is in a cell of a
     # kind when it has an option of that kind, priced by those options (`hour_price`,
     # `interruptible_hour_price`).
+    # one small integer per cell (codes number the distinct GPUs and providers): the cells' minima
+    # go straight into an array of every possible cell, no sort
     cell_key = gpu_codes.astype(np.int64) * max(len(providers), 1) + provider_codes
     chosen = np.zeros(table.n, dtype=bool)
     for kind in (0, 1):
@@ -676,8 +681,8 @@ def price_candidates(table: OfferTable, fx: FxTable, currency: str,
         if not len(rows):
             continue
         estimate = _node_hour_estimate(table, kind)[rows] * per_gpu[rows]
-        keys, cell = np.unique(cell_key[rows], return_inverse=True)
-        cheapest = np.full(len(keys), np.inf)
+        cell = cell_key[rows]
+        cheapest = np.full(len(gpus) * max(len(providers), 1), np.inf)
         np.fmin.at(cheapest, cell, estimate)
         chosen[rows[~(estimate > cheapest[cell] * (1 + tolerance))]] = True
     return np.flatnonzero(chosen), sorted(unlisted)
@@ -703,10 +708,11 @@ def _fx_factors(table: OfferTable, fx: FxTable, currency: str) -> np.ndarray:
     currency_codes, currencies = table.category("currency")
     day_codes, days = table.category("fetched_at")
     width = max(len(days), 1)
-    pairs, inverse = np.unique(currency_codes.astype(np.int64) * width + day_codes, return_inverse=True)
-    factors = [float(fx.convert(Decimal(1), currencies[p // width], currency, on=days[p % width]))
-               for p in pairs.tolist()]
-    return np.array(factors, dtype=np.float64)[inverse.reshape(-1)]
+    pair = currency_codes.astype(np.int64) * width + day_codes  # small: codes number the distinct values
+    factors = np.zeros(len(currencies) * width)
+    for p in np.flatnonzero(np.bincount(pair, minlength=len(factors))).tolist():  # the pairs present
+        factors[p] = float(fx.convert(Decimal(1), currencies[p // width], currency, on=days[p % width]))
+    return factors[pair]
 
 
 def pick_chart_gpus(prices: Sequence[GpuPrices], limit: int = CHART_GPUS) -> list[str]:

@@ -105,6 +105,7 @@ class _Planner:
         self.work = work_plan(req, self.prep)
         self._fits: dict[tuple, dict[float | str | None, Fit | NoFit]] = {}  # per shape but its RAM, per host RAM
         self._speeds: dict[tuple[GpuSpec, tuple], Speed] = {}
+        self._splits: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # see `_shape_split`
         self.rejected = Rejections()
         self.closest: tuple[float, str] | None = None
         self.misses: dict[str, tuple[float, str]] = {}  # per GPU shape: its nearest memory miss
@@ -181,11 +182,13 @@ class _Planner:
         derived = self.table._derived
         found = derived.get("planning_groups") if self.first_pass else None
         if found is not None and np.array_equal(found[0], usable):
+            self._splits = found[3]
             return found[1], found[2]
         ties = tie_classes(self.table, usable) if self.first_pass else Ties.none()
         shapes = self._shapes(usable & ties.first if len(ties.klass) else usable)
+        self._splits = {}  # the shapes' rows split by provider and kind (`_shape_split`), kept with them
         if self.first_pass:
-            derived["planning_groups"] = (usable.copy(), ties, shapes)
+            derived["planning_groups"] = (usable.copy(), ties, shapes, self._splits)
         return ties, shapes
 
     def _first_pass_of(self, kinds: tuple[int, ...]) -> FirstPass:
@@ -401,12 +404,12 @@ class _Planner:
         block_groups: list[np.ndarray] = []  # its provider codes (0 when not per provider)
         blocks: list[tuple[int, int, int, int]] = []  # per (shape, signature): signature, fit, model and arch bases
         self.v_fits: list[Fit] = []
-        for gpu, shape, rows in shapes.values():
+        for key, (gpu, shape, rows) in shapes.items():
             sigs = by_arch.get(gpu.architecture)
             if not sigs:
                 continue
-            rows = rows[in_time[rows]]
-            if not len(rows):
+            timely = in_time[rows]
+            if not timely.any():
                 continue
             split = None
             for sig in sigs:
@@ -415,7 +418,8 @@ class _Planner:
                 if isinstance(fit, NoFit) or Signature.of(fit.layout) != sig:
                     continue
                 if split is None:
-                    split = self._split_by_provider_and_kind(rows, has)
+                    split = self._shape_split(key, rows, has, kinds) if timely.all() else \
+                        self._split_by_provider_and_kind(rows[timely], has)
                 fit_id = len(self.v_fits)
                 self.v_fits.append(fit)
                 block_rows.append(split[0])
@@ -430,6 +434,17 @@ class _Planner:
         """How many provider codes a validation key tells apart: every provider's when plans stay
         at one provider, else one."""
         return len(self.table.category("provider")[1]) if self.per_provider else 1
+
+    def _shape_split(self, key: ShapeKey, rows: np.ndarray, has: list[np.ndarray], kinds: tuple[int, ...]
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`_split_by_provider_and_kind` of every row of the shape `key`, kept with the shapes
+        (`_groups`): it depends on the table, the shape's rows and the kinds alone, so the passes
+        of a report's jobs over one table split each shape once."""
+        memo = (key, kinds, self.per_provider)
+        found = self._splits.get(memo)
+        if found is None:
+            found = self._splits[memo] = self._split_by_provider_and_kind(rows, has)
+        return found
 
     def _split_by_provider_and_kind(self, rows: np.ndarray, has: list[np.ndarray]
                                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

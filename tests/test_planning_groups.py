@@ -69,3 +69,52 @@ def test_another_table_and_the_oracles_pass_get_their_own():
     ties, shapes = planner(table, first_pass=False)._groups(usable)  # every offer planned: no classes
     assert not len(ties.klass) and sum(len(v[2]) for v in shapes.values()) == int(usable.sum())
     assert planner(table)._groups(usable)[0] is kept[0]  # the oracle's pass kept nothing of its own
+
+
+def test_a_shapes_split_by_provider_and_kind_is_kept_with_the_shapes_and_is_the_fresh_one():
+    from rentopt.optimizer.stage_hours import transfer_hours_per_row
+    from tests.test_validation_pieces import check_same
+
+    # the bundled offers, and a copy of every third one rented for at most an hour: too short for
+    # a validation, so their shapes' rows are split without them
+    offers = [o for p in bundled_snapshot().providers for o in p.offers]
+    table = OfferTable.from_offers(offers + [o.model_copy(update={"offer_id": o.offer_id + "-1h", "max_duration_hours": 1})
+                                             for o in offers[::3]])
+
+    def validation_columns(model: str, spot: bool = False, fresh_splits: bool = False):
+        req = with_sized_validation(QuoteRequest(model=resolve_model(model), setup=TrainingSetup(mode="lora"),
+                                                 days=Decimal(3), spot=spot))
+        p = _Planner(req, table, FX, per_provider=True)
+        kinds = (0, 1) if spot else (0,)
+        _, shapes = p._groups(p._usable_rows(kinds))
+        if fresh_splits:
+            p._splits = {}
+        import_h = transfer_hours_per_row(float(p.prep.import_gb), table, "import")
+        tr = p._train_columns(shapes, kinds, import_h)
+        # the columns are those of the planner's loop before (test_validation_pieces' reference),
+        # rows out of time left out
+        check_same(p, shapes, kinds, import_h, tr)
+        va, need = p._validate_columns(shapes, kinds, import_h, tr)
+        return p, (va.row.tolist(), va.pieces.tolist(), va.starts.tolist(), need.tolist())
+
+    first, _ = validation_columns("7b")
+    kept = dict(first._splits)
+    assert kept and all(k[1:] == ((0,), True) for k in kept)
+    shapes = table._derived["planning_groups"][2]
+    assert len(kept) < len(shapes)  # the shapes with a row out of time are split afresh, not kept
+    second, got = validation_columns("13b")  # another job's pass over the same table and rows
+    assert second._splits is first._splits and all(second._splits[k] is v for k, v in kept.items())
+    assert got == validation_columns("13b", fresh_splits=True)[1]
+    for key, (rows, counts, groups) in kept.items():  # each the split of all its shape's rows
+        want = first._split_by_provider_and_kind(shapes[key[0]][2], [table.has_kind(0)])
+        assert rows.tolist() == want[0].tolist() and counts.tolist() == want[1].tolist()
+        assert groups.tolist() == want[2].tolist()
+    # spot: other usable rows, other shapes, their own splits by both kinds
+    assert validation_columns("13b", spot=True)[1] == validation_columns("13b", spot=True, fresh_splits=True)[1]
+    # offers with no spot price: a spot pass has the on-demand pass's usable rows and shapes, and
+    # splits them by both kinds, apart from the on-demand pass's splits
+    table = OfferTable.from_offers([o for o in offers if not o.spot and not o.options(interruptible=True)])
+    on_demand, _ = validation_columns("7b")
+    spot, got = validation_columns("7b", spot=True)
+    assert spot._splits is on_demand._splits and {k[1] for k in spot._splits} == {(0,), (0, 1)}
+    assert got == validation_columns("7b", spot=True, fresh_splits=True)[1]

@@ -1066,12 +1066,22 @@ def job_table(report: Report, jobs: WorkloadJobs) -> Table:
 
 def history_table(report: Report) -> Table:
     rows: list[list[object]] = []
+    # A series' first, latest, least and greatest price are often one number (every series is,
+    # after a single refresh): each distinct number is written once.
+    written: dict[str, str] = {}
+
+    def price(d: Decimal) -> str:
+        key = str(d)
+        if (text := written.get(key)) is None:
+            text = written[key] = unit_price(d)
+        return text
+
     for g in report.prices:
         for s in report.history.get(g.spec.id, []):
             values = [p for _, p in s.points]
             rows.append([s.gpu, s.provider, "spot" if s.spot else "on-demand", f"{s.points[0][0]:%Y-%m-%d}",
-                         len(values), unit_price(values[0]), unit_price(values[-1]), unit_price(min(values)),
-                         unit_price(max(values)), sparkline(values)])
+                         len(values), price(values[0]), price(values[-1]), price(min(values)), price(max(values)),
+                         sparkline(values)])
     return Table(["GPU", "provider", "kind", "since", "refreshes", "first", "latest", "min", "max", "trend"], rows,
                  frozenset({4, 5, 6, 7, 8}))
 

@@ -67,8 +67,9 @@ _MD_LIST_START = re.compile(r"^([-+]|\d{1,9}[.)])(?=\s)")
 
 # Text that escaping leaves as it is: words of letters, digits and punctuation that is never
 # markup, one space apart (no edge or repeated space to strip, no control character), unless
-# it starts like a list item. Most table cells are such (numbers, names, dates).
-_MD_PLAIN = re.compile(r"[A-Za-z0-9.,:;%/()=+@$'\"{}?^-]+(?: [A-Za-z0-9.,:;%/()=+@$'\"{}?^-]+)*")
+# it starts like a list item. Most table cells are such (numbers, names, dates, the report's
+# price trends in block elements U+2581-U+2588).
+_MD_PLAIN = re.compile(r"[A-Za-z0-9.,:;%/()=+@$'\"{}?^\u2581-\u2588-]+(?: [A-Za-z0-9.,:;%/()=+@$'\"{}?^\u2581-\u2588-]+)*")
 
 
 def escape_markdown(text: object) -> str:

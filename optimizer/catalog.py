@@ -849,13 +849,15 @@ class HistoryView:
         wanted = set(gpus)
         rows = []
         for name, history in self.bundled.items():
-            if self._origin(name) == "bundled":
-                rows += [(g, h.fetched_at, name, n, bool(spot), ccy, lo) for h in history
-                         if since is None or h.fetched_at >= since for g, n, spot, ccy, _, lo, _ in h.rows if g in wanted]
+            if self._origin(name) != "bundled":
+                continue
+            rows += [(g, h.fetched_at, name, n, bool(spot), ccy, lo) for h in history if since is None
+                     or h.fetched_at >= since for g, n, spot, ccy, _, lo, _ in h.rows if g in wanted]
         if rows:
             rows.sort(key=lambda r: r[:5])  # stable: by GPU, then as Store.price_history orders one GPU's
             gpu, when, name, count, spot, currency, low = (list(column) for column in zip(*rows))
-            points += HistoryColumns(name, when, gpu, count, spot, currency, [Decimal(x) for x in low], [None] * len(rows))
+            points += HistoryColumns(name, when, gpu, count, spot, currency, [Decimal(x) for x in low],
+                                     [None] * len(rows))
         return points
 
     def states(self) -> dict:

@@ -69,7 +69,8 @@ _MD_LIST_START = re.compile(r"^([-+]|\d{1,9}[.)])(?=\s)")
 # markup, one space apart (no edge or repeated space to strip, no control character), unless
 # it starts like a list item. Most table cells are such (numbers, names, dates, the report's
 # price trends in block elements U+2581-U+2588).
-_MD_PLAIN = re.compile(r"[A-Za-z0-9.,:;%/()=+@$'\"{}?^\u2581-\u2588-]+(?: [A-Za-z0-9.,:;%/()=+@$'\"{}?^\u2581-\u2588-]+)*")
+_MD_WORD = r"[A-Za-z0-9.,:;%/()=+@$'\"{}?^\u2581-\u2588-]+"
+_MD_PLAIN = re.compile(f"{_MD_WORD}(?: {_MD_WORD})*")
 
 
 def escape_markdown(text: object) -> str:

@@ -78,8 +78,8 @@ def test_a_shapes_split_by_provider_and_kind_is_kept_with_the_shapes_and_is_the_
     # the bundled offers, and a copy of every third one rented for at most an hour: too short for
     # a validation, so their shapes' rows are split without them
     offers = [o for p in bundled_snapshot().providers for o in p.offers]
-    table = OfferTable.from_offers(offers + [o.model_copy(update={"offer_id": o.offer_id + "-1h", "max_duration_hours": 1})
-                                             for o in offers[::3]])
+    an_hour = [o.model_copy(update={"offer_id": o.offer_id + "-1h", "max_duration_hours": 1}) for o in offers[::3]]
+    table = OfferTable.from_offers(offers + an_hour)
 
     def validation_columns(model: str, spot: bool = False, fresh_splits: bool = False):
         req = with_sized_validation(QuoteRequest(model=resolve_model(model), setup=TrainingSetup(mode="lora"),

@@ -48,6 +48,27 @@ def test_offers_providers_and_its_alias_give_the_same_rows(spelling):
     assert both == run_json("offers", "--providers", "lambda,sheet", "--format", "json")
 
 
+def _main_in_a_fresh_process(before: list[str], report: str, env: dict[str, str]) -> list[str]:
+    """Run `rentopt models --format json` through cli.main() in a new interpreter after the
+    lines `before`, and return the words `report` (a Python expression) printed to stderr."""
+    import subprocess
+    import sys
+
+    code = "\n".join([
+        "import os, sys",
+        *before,
+        "import rentopt.optimizer.cli as cli",
+        "sys.argv = ['rentopt', 'models', '--format', 'json']",  # builds pydantic models (ModelSpec)
+        "try:",
+        "    cli.main()",
+        "except SystemExit:",
+        "    pass",
+        f"print({report}, file=sys.stderr)",
+    ])
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return out.stderr.split()
+
+
 def test_the_cli_turns_numpys_huge_pages_off_before_numpy_is_imported_unless_the_user_set_them():
     """NUMPY_MADVISE_HUGEPAGE is read once, when numpy is imported: main() must set it first
     (the cli module itself never imports numpy), keep a value the user gave, and refuse one
@@ -56,23 +77,12 @@ def test_the_cli_turns_numpys_huge_pages_off_before_numpy_is_imported_unless_the
     import subprocess
     import sys
 
-    code = "\n".join([
-        "import os, sys",
-        "import rentopt.optimizer.cli as cli",
-        "imported = 'numpy' in sys.modules",
-        "sys.argv = ['rentopt', 'models', '--format', 'json']",
-        "try:",
-        "    cli.main()",
-        "except SystemExit:",
-        "    pass",
-        "print(imported, os.environ.get('NUMPY_MADVISE_HUGEPAGE'), file=sys.stderr)",
-    ])
+    # numpy is looked for right after cli's import, before main() runs
+    before = ["import rentopt.optimizer.cli", "imported = 'numpy' in sys.modules"]
+    report = "imported, os.environ.get('NUMPY_MADVISE_HUGEPAGE')"
     env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stderr.split()[-2:] == ["False", "0"]
-    out = subprocess.run([sys.executable, "-c", code], env={**env, "NUMPY_MADVISE_HUGEPAGE": "1"},
-                         capture_output=True, text=True, check=True)
-    assert out.stderr.split()[-2:] == ["False", "1"]
+    assert _main_in_a_fresh_process(before, report, env)[-2:] == ["False", "0"]
+    assert _main_in_a_fresh_process(before, report, {**env, "NUMPY_MADVISE_HUGEPAGE": "1"})[-2:] == ["False", "1"]
     bad = subprocess.run([sys.executable, "-c", "from rentopt.optimizer.cli import main; main()", "models"],
                          env={**env, "NUMPY_MADVISE_HUGEPAGE": "abc"}, capture_output=True, text=True)
     assert bad.returncode == 2, bad.stderr
@@ -85,25 +95,12 @@ def test_the_cli_looks_for_no_pydantic_plugins_unless_the_user_set_the_switch():
     builds its first model; rentopt uses none, so main() turns the search off before a model is
     built, and keeps a value the user gave (here: empty, so plugins are looked for)."""
     import os
-    import subprocess
-    import sys
 
-    code = "\n".join([
-        "import importlib.metadata as md, os, sys",
-        "searches = []",
-        "real = md.distributions",
-        "md.distributions = lambda *a, **k: searches.append(1) or real(*a, **k)",
-        "import rentopt.optimizer.cli as cli",
-        "sys.argv = ['rentopt', 'models', '--format', 'json']",  # builds pydantic models (ModelSpec)
-        "try:",
-        "    cli.main()",
-        "except SystemExit:",
-        "    pass",
-        "print(len(searches), repr(os.environ.get('PYDANTIC_DISABLE_PLUGINS')), file=sys.stderr)",
-    ])
+    before = ["import importlib.metadata as md",
+              "searches = []",
+              "real = md.distributions",
+              "md.distributions = lambda *a, **k: searches.append(1) or real(*a, **k)"]
+    report = "len(searches), repr(os.environ.get('PYDANTIC_DISABLE_PLUGINS'))"
     env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stderr.split()[-2:] == ["0", "'__all__'"]
-    out = subprocess.run([sys.executable, "-c", code], env={**env, "PYDANTIC_DISABLE_PLUGINS": ""},
-                         capture_output=True, text=True, check=True)
-    assert out.stderr.split()[-2:] == ["1", "''"]
+    assert _main_in_a_fresh_process(before, report, env)[-2:] == ["0", "'__all__'"]
+    assert _main_in_a_fresh_process(before, report, {**env, "PYDANTIC_DISABLE_PLUGINS": ""})[-2:] == ["1", "''"]

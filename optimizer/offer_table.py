@@ -69,6 +69,9 @@ class OfferTable:
     # What is worked out from the columns once and read by several passes (suspect.suspect_rows);
     # not copied by take or dataclasses.replace (init=False): another table has its own.
     _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Float columns a reader coded while it read them: name -> (codes, values), see `ValueCodes`.
+    # Carried by take, not by dataclasses.replace (init=False): a replaced column would not match.
+    value_codes: dict[str, ValueCodes] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def n(self) -> int:
@@ -115,18 +118,21 @@ class OfferTable:
         columns.update({name: _take(getattr(self, name), rows) for name in ARRAY_COLUMNS})
         columns.update({name: getattr(self, name)[:, rows] for name in PRICE_COLUMNS})
         parent = self
-        return OfferTable(
+        taken = OfferTable(
             **columns,
             terms={(k, position[r]): v for (k, r), v in self.terms.items() if r in position},
             extra_notes={position[r]: v for r, v in self.extra_notes.items() if r in position},
             resolve=lambda wanted: parent.offers(int(rows[w]) for w in wanted),
             _codes={name: (codes[rows], values) for name, (codes, values) in self._codes.items()},
         )
+        taken.value_codes = {name: ValueCodes(c.codes[rows], c.values) for name, c in self.value_codes.items()}
+        return taken
 
     def part(self) -> Part:
         """The table's columns as a Part (to merge with others)."""
         columns = {name: getattr(self, name) for name in (*LIST_COLUMNS, *ARRAY_COLUMNS)}
-        return Part(self.n, columns, {name: getattr(self, name) for name in PRICE_COLUMNS}, self.terms, self.extra_notes)
+        return Part(self.n, columns, {name: getattr(self, name) for name in PRICE_COLUMNS}, self.terms, self.extra_notes,
+                    dict(self.value_codes))
 
     @classmethod
     def from_offers(cls, offers: Sequence[Offer]) -> OfferTable:
@@ -162,12 +168,14 @@ class OfferTable:
 
     @classmethod
     def build(cls, n: int, columns: dict, *, prices: dict[str, Any] | None = None, terms: dict | None = None,
-              extra_notes: dict | None = None, resolve: Callable[[Sequence[int]], list[Offer]] | None = None) -> OfferTable:
+              extra_notes: dict | None = None, resolve: Callable[[Sequence[int]], list[Offer]] | None = None,
+              value_codes: dict[str, ValueCodes] | None = None) -> OfferTable:
         """A table of `n` rows from columns by field name, each a list, an array, a `Const` (one
         value for every row, held once) or `Codes` (categorical strings); None (unknown) is
         allowed in the numeric ones. A column left out takes the Offer default for every row
         (`LIST_DEFAULTS`, `ARRAY_DEFAULTS`); `prices` maps hourly/day/week/month to (2, n)
-        columns or a `Const`; one left out is unknown (NaN)."""
+        columns or a `Const`; one left out is unknown (NaN). `value_codes`: float columns as
+        their reader coded them (`ValueCodes`)."""
         out: dict = {}
         codes: dict[str, tuple[np.ndarray, list]] = {}
         for name in LIST_COLUMNS:
@@ -193,7 +201,9 @@ class OfferTable:
         for name in PRICE_COLUMNS:
             value = (prices or {}).get(name, Const(_NAN))
             out[name] = constant(value.value, (2, n), np.float64) if isinstance(value, Const) else value
-        return cls(**out, terms=dict(terms or {}), extra_notes=dict(extra_notes or {}), resolve=resolve, _codes=codes)
+        table = cls(**out, terms=dict(terms or {}), extra_notes=dict(extra_notes or {}), resolve=resolve, _codes=codes)
+        table.value_codes = dict(value_codes or {})
+        return table
 
 
 # The table's columns, by kind; `build` fills the ones a source leaves out with these defaults
@@ -229,6 +239,18 @@ class Const:
     """A column whose every row holds `value`."""
 
     value: Any
+
+
+@dataclass(frozen=True)
+class ValueCodes:
+    """A float column as a reader coded it: `values[codes[row]]` is the row's value (a code per
+    distinct cell; two codes may hold one value: "2.10" and "2.1"). For a price column (hourly,
+    day, week, month), the row's price of its own kind (`spot[row]`: interruptible); its price of
+    the other kind is unknown (NaN), as on a CSV line. The tie classes group rows by these codes
+    instead of hashing a million floats (optimizer/ties.py)."""
+
+    codes: np.ndarray
+    values: np.ndarray  # float64
 
 
 @dataclass(frozen=True)
@@ -416,15 +438,17 @@ class Part:
     prices: dict = field(default_factory=dict)
     terms: dict = field(default_factory=dict)
     extra_notes: dict = field(default_factory=dict)
+    value_codes: dict = field(default_factory=dict)  # see `ValueCodes`; dropped by merge_parts
 
     def table(self, resolve: Callable[[Sequence[int]], list[Offer]] | None = None) -> OfferTable:
         return OfferTable.build(self.n, self.columns, prices=self.prices, terms=self.terms,
-                                extra_notes=self.extra_notes, resolve=resolve)
+                                extra_notes=self.extra_notes, resolve=resolve, value_codes=self.value_codes)
 
 
 def merge_parts(parts: Sequence[Part]) -> Part:
     """Several sources' columns as one source's, rows one after the other; a column that is
-    one value in every part stays a `Const`, strings stay `Codes` (or lists, for offer ids)."""
+    one value in every part stays a `Const`, strings stay `Codes` (or lists, for offer ids).
+    The parts' `value_codes` are dropped (the tie classes then compare the floats)."""
     if len(parts) == 1:
         return parts[0]
     if not parts:

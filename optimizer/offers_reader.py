@@ -45,7 +45,7 @@ import numpy as np
 from rentopt.optimizer.errors import OffersFileError
 from rentopt.optimizer.models import UNKNOWN_DATE, Offer, hour_price
 from rentopt.optimizer.offer_table import (
-    Codes, OfferTable, Part, Texts, constant, merge_parts, take_strings,
+    Codes, OfferTable, Part, Texts, ValueCodes, constant, merge_parts, take_strings,
 )
 from rentopt.optimizer import offers_io as io_
 from rentopt.optimizer import row_check
@@ -564,6 +564,7 @@ class _Reader:
         spot = np.array([s is True for s in spots], dtype=bool)[spot_c]
         any_price = np.zeros(n, dtype=bool)
         table_prices: dict[str, np.ndarray] = {}
+        coded: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # table column -> (codes, values): ValueCodes
         # each band's ends with their margin, per currency: no million-row product per price column
         band = self._band_ends("gpu_hour", currencies, low_edge=1 + _EDGE, high_edge=1 - _EDGE)
         spotted = bool(spot.any())
@@ -587,12 +588,14 @@ class _Reader:
                 np.copyto(pair[1], amounts, where=spot)
                 amounts[spot] = _NAN
             table_prices[_TABLE_PRICES[column]] = pair
+            coded[_TABLE_PRICES[column]] = (codes, values)  # a line's price is of its own kind (`spot`)
         del per
         ok &= any_price
         floats: dict[str, np.ndarray] = {}
         bands: dict[str, tuple[list, list]] = {}  # egress and ingress share the transfer band
         for column, (codes, results) in others.items():
-            values = _spread([_NAN if r is _BAD or r is None else r for r in results], codes)
+            values = _spread([_NAN if r is _BAD or r is None else r for r in results], codes, coded,
+                             column.removesuffix("_gb_month").removesuffix("_gb"))  # the table's name
             kind = "storage_gb_month" if column == "storage_gb_month" else "transfer_gb"
             if kind not in bands:
                 bands[kind] = self._band_ends(kind, currencies, high_edge=1 - _EDGE)
@@ -610,7 +613,7 @@ class _Reader:
         # the memory a line gives, else its GPU's: both are the GPU match's (its key holds the memory cell)
         given = [memories[mem_c[i]] for i in first.tolist()]
         memory = _spread([g if isinstance(g, float) else _NAN if m is None else m.memory
-                          for g, m in zip(given, matches)], inverse)
+                          for g, m in zip(given, matches)], inverse, coded, "gpu_memory_gb")
         notes_of = [m.note if m is not None and m.status == "default" else None for m in matches]
         noted = np.array([x is not None for x in notes_of], dtype=bool)[inverse][keep]
         note_rows = np.flatnonzero(noted)  # positions among the kept lines
@@ -629,11 +632,14 @@ class _Reader:
             "stopped_bills": Codes(k(bills_c), [None if b is _BAD else (b or "storage") for b in bills]),
             "gpus": k(gpus_n), "gpu_memory_gb": k(memory),
             "spot": k(spot),
-            "max_hours": k(_spread([_NAN if d is _BAD or d is None else d for d in max_days], days_c)),
+            "max_hours": k(_spread([_NAN if d is _BAD or d is None else d for d in max_days], days_c, coded,
+                                   "max_hours")),
             "storage": k(floats["storage_gb_month"]), "stopped_storage": k(floats["storage_gb_month"]),
             "egress": k(floats["egress_gb"]), "ingress": k(floats["ingress_gb"]),
-            "stopped_max_hours": k(_spread([_NAN if d is _BAD or d is None else d * 24 for d in smax], smax_c)),
-            "free_disk_gb": k(_spread([0.0 if d is _BAD or d is None else d for d in disks], disk_c)),
+            "stopped_max_hours": k(_spread([_NAN if d is _BAD or d is None else d * 24 for d in smax], smax_c, coded,
+                                           "stopped_max_hours")),
+            "free_disk_gb": k(_spread([0.0 if d is _BAD or d is None else d for d in disks], disk_c, coded,
+                                      "free_disk_gb")),
         }
         if self.listing:
             hour_c, hours = self._hour_prices(n, {c: prices[c][0] for c in PRICE_COLUMNS})
@@ -653,8 +659,12 @@ class _Reader:
         if self.listing or not every:  # a quote's lines all kept: every value coded is some line's
             columns = {name: _used_only(c) if isinstance(c, Codes) else c for name, c in columns.items()}
         noted_as = inverse[keep[note_rows]].tolist()  # each noted line's GPU match (one gather, not one per line)
+        if "storage" in coded:
+            coded["stopped_storage"] = coded["storage"]  # one column for both (a file has no stopped price)
         part = Part(len(keep), columns, {name: pair if every else pair[:, keep] for name, pair in table_prices.items()},
-                    extra_notes=dict(zip(note_rows.tolist(), [notes_of[m] for m in noted_as])))
+                    extra_notes=dict(zip(note_rows.tolist(), [notes_of[m] for m in noted_as])),
+                    value_codes={name: ValueCodes(_narrow(k(codes), len(values)), values)
+                                 for name, (codes, values) in coded.items()})
         self.parts.append((part, k(numbers)))
 
     def _hour_prices(self, n: int, price_codes: dict[str, np.ndarray]) -> tuple[np.ndarray, list]:
@@ -767,11 +777,23 @@ def _used_only(column: Codes) -> Codes:
     return Codes(remap[column.codes], [v for v, u in zip(column.values, used.tolist()) if u])
 
 
-def _spread(values: list, codes: np.ndarray) -> np.ndarray:
+def _spread(values: list, codes: np.ndarray, coded: dict | None = None, name: str = "") -> np.ndarray:
     """values[codes[i]] for every line as floats; one value, where every line has it, held once
-    (a column a file leaves empty or fills alike)."""
+    (a column a file leaves empty or fills alike). A column of several values is also noted in
+    `coded[name]` as (codes, values), for the table's `ValueCodes`."""
     table = np.array(values, dtype=np.float64)
-    return constant(table[0], len(codes), np.float64) if len(table) == 1 else table[codes]
+    if len(table) == 1:
+        return constant(table[0], len(codes), np.float64)
+    if coded is not None:
+        coded[name] = (codes, table)
+    return table[codes]
+
+
+def _narrow(codes: np.ndarray, count: int) -> np.ndarray:
+    """Codes below `count` in the narrowest unsigned type that holds them (a copy: Arrow's int32
+    dictionary indices are let go with its columns), for a table to carry past the read."""
+    dtype = np.uint8 if count <= 1 << 8 else np.uint16 if count <= 1 << 16 else np.uint32
+    return codes.astype(dtype)
 
 
 _FEW_CURRENCIES = 4  # compared currency by currency; more are spread to every line

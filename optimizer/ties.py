@@ -56,6 +56,18 @@ def tie_classes(t: OfferTable, usable: np.ndarray) -> Ties:
     rows = np.flatnonzero(usable & ~alone)
     if len(rows) < 2:
         return Ties.none()
+    coded = _coded_columns(t)
+    if coded is not None:  # every column as integer codes: rows ordered by them exactly, nothing to check
+        words, spans = _packed_codes(t.n, coded)
+        if len(rows) < t.n:
+            words = [word[rows] for word in words]
+        order = _words_order(words, spans) if words else np.arange(len(rows))  # no words: every row alike
+        new = np.zeros(len(rows), dtype=bool)
+        new[0] = True
+        for word in words:
+            ordered = word[order]
+            new[1:] |= ordered[1:] != ordered[:-1]
+        return _ties_of_runs(t.n, rows, order, np.flatnonzero(new))
     columns = _planning_columns(t)
     order, starts = _runs(_row_hashes(columns, rows))
     if len(starts) == len(rows):
@@ -90,6 +102,107 @@ def _planning_columns(t: OfferTable) -> list[tuple[np.ndarray, bool]]:
             floats.append(a)
     out = [(column, False) for column in _packed(whole)]
     return out + [(column, True) for column in floats]
+
+
+def _coded_columns(t: OfferTable) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """The planning columns of `_planning_columns` as (codes over the table's rows, a table of
+    each code's digit, 0 to that many - 1: equal exactly where the column's values are), from
+    the table's categories and its reader's float codes (`OfferTable.value_codes`); None where a
+    float column that is not one value throughout has no codes (a table built from offers or
+    from several sources: its floats are hashed instead).
+
+    A price column's codes stand for both its kinds: a coded line's price is of its own kind
+    (`spot`, itself a planning column), the other kind unknown."""
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    for name in LIST_COLUMNS:
+        if name == "offer_id":
+            continue
+        codes, values = t.category(name)  # a table's categories are values, each once
+        if len(values) > 1:
+            out.append((codes, np.arange(len(values), dtype=np.uint64)))
+    seen: list[np.ndarray] = []
+    for name, dtype in ARRAY_COLUMNS.items():
+        a = np.asarray(getattr(t, name))
+        if not len(a) or a.strides[0] == 0:  # one value held for every row
+            continue
+        if dtype is not np.float64:
+            low, high = int(a.min()), int(a.max())
+            if high > low:
+                if high - low >= 1 << 16:
+                    return None  # a wide whole number (no offer's figures are): hashed
+                codes = a.view(np.uint8) if a.dtype == np.bool_ else a.astype(np.int64) - low if low else a
+                out.append((codes, np.arange(high - low + 1, dtype=np.uint64)))
+            continue
+        coded = t.value_codes.get(name)
+        if coded is None:
+            return None
+        if any(coded.codes is c for c in seen):  # one column for two (a file's storage price and stopped one)
+            continue
+        seen.append(coded.codes)
+        out.append((coded.codes, _value_digits(coded.values)))
+    for name in PRICE_COLUMNS:
+        pair = getattr(t, name)
+        if pair.strides[1] == 0:  # one value held for every row
+            continue
+        coded = t.value_codes.get(name)
+        if coded is None:
+            return None
+        out.append((coded.codes, _value_digits(coded.values)))
+    return [(codes, digits) for codes, digits in out if digits.max(initial=0) > 0]
+
+
+def _value_digits(values: np.ndarray) -> np.ndarray:
+    """Per code, the rank of its value among the distinct values (as `_bits` compares floats:
+    -0.0 is 0.0, every NaN one NaN), as uint64."""
+    return np.unique(_bits((values, True), np.arange(len(values))), return_inverse=True)[1].reshape(-1).astype(np.uint64)
+
+
+def _packed_codes(n: int, columns: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[np.ndarray], list[int]]:
+    """Coded columns (`_coded_columns`) as few uint64 words over the table's `n` rows, each a
+    mixed-radix number over several columns (as many as fit in 64 bits), equal exactly where
+    all of theirs are; and each word's span (its values lie below it)."""
+    words: list[np.ndarray] = []
+    spans: list[int] = []
+    key, span = None, 1
+    placed = np.empty(n, dtype=np.uint64)  # one buffer for every column's digits (no fresh pages each)
+    for codes, digits in columns:
+        radix = int(digits.max()) + 1
+        if key is None or span * radix > 1 << 64:
+            if key is not None:
+                words.append(key)
+                spans.append(span)
+            key, span = None, 1
+        if key is None:
+            key = np.take(digits, codes)
+        else:
+            np.take(digits * np.uint64(span), codes, out=placed)  # each code's digit in its place
+            key += placed
+        span *= radix
+    if key is not None:
+        words.append(key)
+        spans.append(span)
+    return words, spans
+
+
+def _words_order(words: list[np.ndarray], spans: list[int]) -> np.ndarray:
+    """The positions sorted by their words (the first the most significant), positions ascending
+    among equal ones. The words, each in as many bits as its span needs, are read as one binary
+    number, sorted by stable sorts of its 16-bit digits (numpy counts them), least significant
+    first: ceil(all their bits / 16) passes."""
+    widths = [max(span - 1, 1).bit_length() for span in spans]
+    lows = np.cumsum([0, *widths[::-1]])[::-1][1:].tolist()  # where each word's lowest bit lies
+    order = None
+    for at in range(0, sum(widths), 16):
+        digit = None
+        for word, low, width in zip(words, lows, widths):
+            if low >= at + 16 or low + width <= at:
+                continue  # no bit of this digit in this word
+            part = (word >> np.uint64(at - low) if at >= low else word << np.uint64(low - at)).astype(np.uint16)
+            digit = part if digit is None else digit | part  # the bits above the digit are cut off
+        assert digit is not None
+        found = np.argsort(digit if order is None else digit[order], kind="stable")
+        order = found if order is None else order[found]
+    return np.arange(len(words[0])) if order is None else order
 
 
 def _packed(columns: list[np.ndarray]) -> list[np.ndarray]:

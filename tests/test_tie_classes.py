@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rentopt.optimizer import ties
-from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, Const, OfferTable
+from rentopt.optimizer.offer_table import ARRAY_COLUMNS, LIST_COLUMNS, PRICE_COLUMNS, Const, OfferTable, ValueCodes
 
 NAN = float("nan")
 NAN_2 = float(np.array([0x7FF8000000000001], dtype=np.uint64).view(np.float64)[0])  # another NaN's bits
@@ -152,3 +152,127 @@ def test_the_row_hashes_order_is_numpys_stable_argsort(pool, seed):
     hashes keep their rows ascending, so each class lists its offers in the file's order."""
     keys = np.array(pool, dtype=np.uint64)[np.random.default_rng(seed).integers(0, len(pool), 70_000)]
     assert np.array_equal(ties.stable_order(keys), np.argsort(keys, kind="stable"))
+
+
+def _raw_codes(values: np.ndarray) -> ValueCodes:
+    """A reader's codes of a float column: one per distinct bit pattern (as a reader codes
+    distinct cells: -0.0 and 0.0, or two NaNs, are two codes of one value)."""
+    bits, codes = np.unique(values.view(np.uint64), return_inverse=True)
+    return ValueCodes(codes.reshape(-1).astype(np.uint16), bits.view(np.float64))
+
+
+@st.composite
+def coded_tables(draw):
+    """`tables()` as an offers file's reader gives them: every float column with its codes, and
+    each row's prices of its own kind only (`spot`), the other kind unknown."""
+    table, usable = draw(tables())
+    table.nodes_available = np.minimum(table.nodes_available, 3)  # 2**62 nodes: wide whole numbers are hashed
+    for name, dtype in ARRAY_COLUMNS.items():
+        column = np.asarray(getattr(table, name))
+        if dtype is np.float64 and len(column) and column.strides[0]:
+            table.value_codes[name] = _raw_codes(column)
+    spot = np.asarray(table.spot)
+    for name in PRICE_COLUMNS:
+        pair = getattr(table, name)
+        if pair.strides[1] == 0:
+            continue  # one value for every row
+        price = pair[0].copy()
+        setattr(table, name, np.where([~spot, spot], price, NAN))
+        table.value_codes[name] = _raw_codes(price)
+    return table, usable
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(coded_tables())
+def test_tie_classes_of_a_readers_codes_are_the_rows_equal_in_every_planning_column(case):
+    """With every float column coded by its reader, rows are grouped by the codes' values (no
+    hash, nothing to check); two codes of one value (-0.0 and 0.0, two NaNs) are one value."""
+    table, usable = case
+    with mock.patch.object(ties, "_row_hashes", side_effect=AssertionError("hashed although coded")):
+        got = _found(table, usable)
+    assert got == _reference(table, usable)
+
+
+def test_a_float_column_without_codes_is_hashed():
+    """A table whose reader coded some floats but not all (here: no egress codes) hashes its
+    floats and checks the classes as before."""
+    t = OfferTable.build(3, {"provider": ["p"] * 3, "offer_id": ["a", "b", "c"], "gpu": ["H100-SXM-80GB"] * 3,
+                             "gpu_raw": ["H100"] * 3, "currency": ["USD"] * 3, "fetched_at": [_DAY[0]] * 3,
+                             "gpus": [8] * 3, "gpu_memory_gb": [80.0] * 3, "egress": [0.01, 0.02, 0.01]},
+                         prices={"hourly": np.array([[16.0, 16.0, 16.0], [NAN] * 3])})
+    t.value_codes["hourly"] = ValueCodes(np.zeros(3, dtype=np.uint8), np.array([16.0]))
+    assert ties._coded_columns(t) is None
+    assert ties.tie_classes(t, np.ones(3, dtype=bool)).others(0).tolist() == [2]
+
+
+WORDS = st.lists(st.tuples(st.integers(1, 2**64), st.integers(0, 2**32 - 1)), min_size=1, max_size=3)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(WORDS, st.integers(1, 400))
+def test_the_words_order_is_the_stable_order_of_their_values(spans_seeds, n):
+    """Words of any span (their bits read as one number: digits that straddle two words) sort
+    as the tuples of their values, positions ascending among equal ones (np.lexsort is stable)."""
+    spans = [span for span, _ in spans_seeds]
+    words = []
+    for span, seed in spans_seeds:
+        pool = np.random.default_rng(seed).integers(0, span, size=4, dtype=np.uint64, endpoint=False) \
+            if span > 1 else np.zeros(4, dtype=np.uint64)
+        pool[0] = span - 1  # the largest value: every bit of the word's width
+        words.append(pool[np.random.default_rng(seed + 1).integers(0, 4, n)])
+    want = np.lexsort(words[::-1])
+    assert np.array_equal(ties._words_order(words, spans), want)
+
+
+def test_coded_columns_packed_past_64_bits_fill_several_words():
+    """Six columns of 70,000 codes (97 bits) pack into two words of three, each below 2**64
+    (70,000**4 is 1.3 x 2**64); read back as mixed-radix numbers, the words give every row's
+    codes (the largest codes included)."""
+    rng = np.random.default_rng(7)
+    radix = 70_000
+    codes = [rng.integers(0, radix, 50).astype(np.uint32) for _ in range(6)]
+    for c in codes:
+        c[0] = radix - 1  # a row of the largest code everywhere: the top of every word
+    digits = np.arange(radix, dtype=np.uint64)
+    words, spans = ties._packed_codes(50, [(c, digits) for c in codes])
+    assert len(words) == 2 and all(span <= 2**64 for span in spans)
+    per_word = [3, 3]
+    for row in range(50):
+        read = []
+        for word, count in zip(words, per_word):
+            value = int(word[row])
+            for _ in range(count):  # a word's first column is its least significant digit
+                value, digit = divmod(value, radix)
+                read.append(digit)
+            assert value == 0
+        assert read == [int(c[row]) for c in codes]
+
+
+def test_an_offers_files_reader_codes_its_floats_as_the_table_holds_them(tmp_path):
+    """Read from a CSV, every float column that is not one value throughout carries its codes:
+    `values[codes]` is the column (a price: of the line's own kind, the other unknown). "2.10"
+    and "2.1", "0" and "0.00" are two cells of one value: z1, z3 and z5 tie, found without a hash."""
+    from rentopt.optimizer.offers_reader import read_offers_table
+
+    path = tmp_path / "offers.csv"
+    path.write_text("provider,offer_id,gpu,gpus,price_hour,price_day,currency,storage_gb_month,spot,max_days\n"
+                    "p,z1,H100-SXM-80GB,8,2.10,40,USD,0,no,30\n"
+                    "p,z2,H100-SXM-80GB,8,2.10,40,USD,0,yes,30\n"
+                    "p,z3,H100-SXM-80GB,8,2.1,40.0,USD,0.00,no,30\n"
+                    "p,z4,H100-SXM-80GB,8,2.2,40,USD,0,no,\n"
+                    "p,z5,H100-SXM-80GB,8,2.1,40,USD,0,no,30\n")
+    t = read_offers_table(path)
+    assert {"hourly", "day", "storage", "stopped_storage", "max_hours"} <= set(t.value_codes)
+    spot = np.asarray(t.spot)
+    for name, coded in t.value_codes.items():
+        held = coded.values[coded.codes]
+        if name in PRICE_COLUMNS:
+            pair = getattr(t, name)
+            assert np.array_equal(pair[0], np.where(spot, NAN, held), equal_nan=True)
+            assert np.array_equal(pair[1], np.where(spot, held, NAN), equal_nan=True)
+        else:
+            assert np.array_equal(np.asarray(getattr(t, name)), held, equal_nan=True)
+    with mock.patch.object(ties, "_row_hashes", side_effect=AssertionError("hashed although coded")):
+        found = ties.tie_classes(t, np.ones(t.n, dtype=bool))
+    assert found.first.tolist() == [True, True, False, True, False]
+    assert found.others(0).tolist() == [2, 4] and not found.has_others(1) and not found.has_others(3)

@@ -516,13 +516,15 @@ class _Reader:
             self.texts[name] = distinct
             results = [self._cached(name, v, fn) for v in distinct]
             bad = np.array([r is _BAD for r in results], dtype=bool)
-            ok[bad[codes]] = False
+            if bad.any():  # most columns have no bad cell: no gather over every line
+                ok[bad[codes]] = False
             return codes, results
 
         p_codes, providers = mapped("provider", _provider)
         # a blank line (every cell empty) is skipped; it has no provider, so only those are looked at
         blank = np.zeros(n, dtype=bool)
-        for i in np.flatnonzero(np.array([p is _BAD for p in providers], dtype=bool)[p_codes]):
+        unnamed = np.array([p is _BAD for p in providers], dtype=bool)
+        for i in np.flatnonzero(unnamed[p_codes]) if unnamed.any() else ():
             blank[i] = not any(c.strip() for c in cells.row(i))
         ids, no_id, control = cells.offer_ids(self.column["offer_id"])
         ok[no_id] = False
@@ -556,7 +558,8 @@ class _Reader:
                 self.memo[key] = _gpu_match(*key[1:])
             matches.append(self.memo[key])
         bad = np.array([m is _BAD for m in matches], dtype=bool)
-        ok[bad[inverse]] = False
+        if bad.any():
+            ok[bad[inverse]] = False
         matches = [None if m is _BAD else m for m in matches]
 
         # a bad count is 0 here: its line is not kept, whatever its prices divide to
@@ -602,9 +605,10 @@ class _Reader:
             known = ~np.isnan(values)
             ok[known & ~_inside(values, ccy_c, bands[kind], low_inclusive=True)] = False
             floats[column] = values
-        ok &= ~blank
+        if blank.any():
+            ok &= ~blank
         # lines for offers_io's own parser: every line not known to be good, except blank ones
-        for i in np.flatnonzero(~ok & ~blank):
+        for i in np.flatnonzero(~ok & ~blank) if blank.any() else np.flatnonzero(~ok):
             self.slow.append((int(numbers[i]), dict(zip(self.header, cells.row(i)))))
         keep = np.flatnonzero(ok)
         if not len(keep):

@@ -308,10 +308,16 @@ class Strings(_LazyList):
 class Texts(_LazyList):
     """Strings held as one UTF-8 buffer, NUL-separated (`data`): offer ids cost their text and
     one offset each instead of a str object each, and the planner decodes only the few it shows
-    or keeps. No string may hold a NUL."""
+    or keeps. No string may hold a NUL.
+
+    Made of cells (`cells`), the texts are joined only when something reads `data`."""
+
+    _data: bytes | None = None
+    _chars: np.ndarray | None = None  # cells not yet joined: their bytes, text i at _bounds[i]:_bounds[i + 1]
+    _bounds: np.ndarray | None = None
 
     def __init__(self, data: bytes, n: int):
-        self.data = data
+        self._data = data
         ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 0) if n > 1 else np.zeros(0, dtype=np.int64)
         if len(ends) != max(n - 1, 0) or (n == 0 and data):
             raise ValueError(f"{len(ends) + 1 if n else 0} texts for {n} rows")
@@ -327,9 +333,28 @@ class Texts(_LazyList):
         `bounds[i]:bounds[i + 1]` before they were joined (n + 1 bounds, the first 0): the NULs
         are where the bounds say, so they are not looked for."""
         texts = cls.__new__(cls)
-        texts.data = data
+        texts._data = data
         texts.starts = bounds.astype(np.int64) + np.arange(len(bounds), dtype=np.int64)  # each NUL before moves it on
         return texts
+
+    @classmethod
+    def cells(cls, chars: np.ndarray, bounds: np.ndarray) -> Texts:
+        """The texts `chars[bounds[i]:bounds[i + 1]]` (`chars` a uint8 array, n + 1 bounds, the
+        first 0), joined by NULs (`joined`) only when `data` is read: a quote reads a few of a
+        file's million ids one by one, which the bounds find (the join costs ~20 ms)."""
+        texts = cls.__new__(cls)
+        texts._chars, texts._bounds = chars, bounds
+        texts.starts = bounds.astype(np.int64) + np.arange(len(bounds), dtype=np.int64)
+        return texts
+
+    @property
+    def data(self) -> bytes:
+        """The texts joined by NULs."""
+        if self._data is None:
+            assert self._chars is not None and self._bounds is not None
+            self._data = np.insert(self._chars, self._bounds[1:-1], 0).tobytes()
+            self._chars = self._bounds = None
+        return self._data
 
     def __len__(self) -> int:
         return len(self.starts) - 1
@@ -339,13 +364,21 @@ class Texts(_LazyList):
             return self.tolist()[i]
         if i < 0:
             i += len(self)
-        return self.data[self.starts[i]:self.starts[i + 1] - 1].decode()
+        if self._data is None:
+            assert self._chars is not None and self._bounds is not None
+            return self._chars[self._bounds[i]:self._bounds[i + 1]].tobytes().decode()
+        return self._data[self.starts[i]:self.starts[i + 1] - 1].decode()
 
     def _decoded(self) -> list:
         return self.data.decode().split("\x00") if len(self) else []
 
     def take(self, rows: np.ndarray) -> list:
-        data, at = self.data, np.asarray(rows, dtype=np.int64)
+        at = np.asarray(rows, dtype=np.int64)
+        if self._data is None:
+            chars, bounds = self._chars, self._bounds
+            assert chars is not None and bounds is not None
+            return [chars[b:e].tobytes().decode() for b, e in zip(bounds[at].tolist(), bounds[at + 1].tolist())]
+        data = self._data
         return [data[b:e].decode() for b, e in zip(self.starts[at].tolist(), (self.starts[at + 1] - 1).tolist())]
 
 

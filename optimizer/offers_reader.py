@@ -409,8 +409,8 @@ class _ArrowCells:
         if any(v != v.strip() for v in column.take(_arrow_ints(edged)).to_pylist()):
             listed = [v.strip() for v in column.to_pylist()]
             return listed, np.array([not v for v in listed], dtype=bool), self._control_rows(column, chars, ends)
-        joined = np.insert(chars, starts[1:], 0)  # NUL-separated: no id holds a NUL (a file with one is read exactly)
-        return Texts.joined(joined.tobytes(), bounds), empty, self._control_rows(column, chars, ends)
+        # joined by NULs when first needed: no id holds a NUL (a file with one is read exactly)
+        return Texts.cells(chars, bounds), empty, self._control_rows(column, chars, ends)
 
     @staticmethod
     def _control_rows(column: Any, chars: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -309,3 +309,30 @@ def test_texts_joined_from_their_bounds_are_the_texts_found_by_their_nuls(values
     joined, found = Texts.joined(data, bounds), Texts(data, len(values))
     assert joined.starts.tolist() == found.starts.tolist()
     assert list(joined) == values and len(joined) == len(values)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.text(alphabet=st.sampled_from(["a", "b", ",", " ", "\u00e9", "\u6a21"]), max_size=5), max_size=12),
+       st.lists(st.integers(0, 11), max_size=4))
+def test_texts_of_cells_read_alike_before_and_after_their_join(values, picked):
+    """Texts.cells (a file's id cells, joined by NULs only when `data` is read) gives the same
+    texts one by one, taken by rows, listed and joined, as Texts.of the same strings."""
+    import numpy as np
+
+    from rentopt.optimizer.offer_table import Texts, merge_column
+
+    encoded = [v.encode() for v in values]
+    chars = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    bounds = np.cumsum([0] + [len(e) for e in encoded]).astype(np.int32)
+    rows = np.array([r for r in picked if r < len(values)], dtype=np.int64)
+    want = Texts.of(values)
+    texts = Texts.cells(chars, bounds)
+    assert [texts[i] for i in range(len(values))] == values and len(texts) == len(values)
+    if len(values):
+        assert texts[-1] == values[-1]
+    assert texts.take(rows) == [values[r] for r in rows]  # still not joined
+    assert texts._data is None
+    assert texts.data == want.data and texts.starts.tolist() == want.starts.tolist()
+    assert texts.take(rows) == [values[r] for r in rows] and list(texts) == values
+    unjoined = Texts.cells(chars, bounds)
+    assert merge_column("offer_id", [unjoined, ["z"]], [len(values), 1]) == [*values, "z"]

@@ -317,14 +317,15 @@ def _ties_of_runs(n: int, rows: np.ndarray, order: np.ndarray, starts: np.ndarra
     if not len(tied):
         return Ties.none()
     members = rows[order]  # class by class, the offers' order within each
-    later = np.ones(len(order), dtype=bool)
-    later[starts] = False
+    leads = np.zeros(len(order), dtype=bool)
+    leads[starts] = True
     first = np.ones(n, dtype=bool)
-    first[members[later]] = False
+    first[members] = leads  # a later member of its run is not first (one scatter, nothing compressed)
     klass = np.full(n, -1, dtype=np.int64)
     klass[members[starts[tied]]] = np.arange(len(tied))
-    in_tied = np.repeat(sizes > 1, sizes)
-    return Ties(first, klass, members[in_tied], np.r_[0, np.cumsum(sizes[tied])])
+    alone = leads  # a run of one: it leads, and so does the next position (or it is the last)
+    alone[:-1] &= leads[1:]
+    return Ties(first, klass, members[~alone], np.r_[0, np.cumsum(sizes[tied])])
 
 
 def dense_codes(codes: np.ndarray) -> np.ndarray:

@@ -428,6 +428,19 @@ class _ArrowCells:
                                                                              _CONTROL_RE2)))]
         return rows[[bool(_CONTROL.search(v.strip())) for v in column.take(_arrow_ints(rows)).to_pylist()]]
 
+    def printable(self, j: int) -> bool:
+        """Whether every cell of column j is printable ASCII (bytes 0x20-0x7e), by each chunk's
+        least and greatest byte (no flag per byte): then none holds a control character."""
+        for chunk in self.table.column(j).chunks:
+            buffers = chunk.buffers()
+            if buffers[2] is None or not len(chunk):
+                continue  # no text at all
+            offsets = np.frombuffer(buffers[1], dtype=np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+            chars = np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+            if len(chars) and (chars.min() < 0x20 or chars.max() > 0x7E):
+                return False
+        return True
+
     def ids_distinct(self, j: int) -> bool:
         """Whether every id cell differs from every other (stripping only merges ids that differ
         by their white space: the slower check then decides). Arrow's hash table of the distinct
@@ -529,7 +542,10 @@ class _Reader:
         ids, no_id, control = cells.offer_ids(self.column["offer_id"])
         ok[no_id] = False
         ok[control] = False  # the door refuses such an id
-        region_c, regions = mapped("region", _plain_text)
+        if self.listing or "region" not in self.column or not cells.printable(self.column["region"]):
+            region_c, regions = mapped("region", _plain_text)
+        else:  # a quote reads no region, and printable ASCII holds no control character: no cell is bad
+            region_c, regions = np.zeros(0, dtype=np.int32), []
         source_c, sources = mapped("source", _plain_text)
         spot_c, spots = mapped("spot", _boolean)
         gpus_c, gpus = mapped("gpus", _gpus)

@@ -164,6 +164,9 @@ BAD = [
     "provider,offer_id,gpu,gpus,price_hour,currency,colour\n",
     "provider,offer_id,gpu,gpus,price_hour,currency,fetched_at\nx,1,RTX 4090,1,0.5,USD,yesterday\n",
     "provider,offer_id,gpu,gpus,price_hour,currency,form_factor\nx,1,A100,1,0.5,USD,round\n",
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,USD,,,,,us\x01east,no,\n",  # a region holding a control character
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,USD,,,,,us\x1feast,no,\n",  # the last one below a space
+    HEADER + LINES[0] + "\nalpha,z,RTX 4090,1,0.5,,,,USD,,,,,us\x7feast,no,\n",  # DEL, just past printable ASCII
 ]
 
 
@@ -327,3 +330,20 @@ def test_bytes_that_are_not_utf8_are_refused_where_the_line_reader_refuses_them(
     else:
         assert_same_error(path)
     assert capfd.readouterr().err == ""  # nothing Arrow's error handler could not decode
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.lists(st.text(st.sampled_from("a \t\x1f\x20\x7e\x7f\u00e9\u0085~"), max_size=4), max_size=5),
+                min_size=1, max_size=4), st.integers(0, 3))
+def test_a_column_is_printable_where_every_cell_is_printable_ascii(chunks, cut):
+    """_ArrowCells.printable (each chunk's least and greatest byte) against the characters of
+    every cell, over several chunks, empty ones and a sliced chunk among them."""
+    import pyarrow as pa
+
+    from rentopt.optimizer.offers_reader import _ArrowCells
+
+    arrays = [pa.array(cells, type=pa.string()) for cells in chunks]
+    arrays[0] = arrays[0].slice(min(cut, len(arrays[0])))
+    cells = _ArrowCells(pa.table({"region": pa.chunked_array(arrays, type=pa.string())}), np.zeros(0), [])
+    shown = [c for a in arrays for c in a.to_pylist()]
+    assert cells.printable(0) == all(0x20 <= ord(ch) <= 0x7E for cell in shown for ch in cell)

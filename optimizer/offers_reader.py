@@ -579,15 +579,15 @@ class _Reader:
         matches = [None if m is _BAD else m for m in matches]
 
         # a bad count is 0 here: its line is not kept, whatever its prices divide to
-        gpus_n = np.array([0 if g is _BAD or g is None else g for g in gpus], dtype=np.int64)[gpus_c]
+        counts = np.array([0 if g is _BAD or g is None else g for g in gpus], dtype=np.int64)  # per GPU-count cell
+        gpus_n = counts[gpus_c]
         spot = np.array([s is True for s in spots], dtype=bool)[spot_c]
-        any_price = np.zeros(n, dtype=bool)
         table_prices: dict[str, np.ndarray] = {}
         coded: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # table column -> (codes, values): ValueCodes
+        priced: list[tuple[np.ndarray, np.ndarray]] = []  # per price column: (codes, which codes hold a price)
         # each band's ends with their margin, per currency: no million-row product per price column
         band = self._band_ends("gpu_hour", currencies, low_edge=1 + _EDGE, high_edge=1 - _EDGE)
         spotted = bool(spot.any())
-        per = np.empty(n)  # per GPU-hour, one price column after another
         for column, (codes, results) in prices.items():
             values = np.array([_NAN if r is _BAD or r is None else r for r in results], dtype=np.float64)
             if np.isnan(values).all():
@@ -595,31 +595,33 @@ class _Reader:
             pair = np.empty((2, n))  # on-demand, interruptible: a line's price is of its own kind
             amounts = pair[0]
             np.take(values, codes, out=amounts, mode="clip")  # codes index `values`; "raise" would buffer `out`
-            have = ~np.isnan(amounts)
-            any_price |= have
-            with np.errstate(invalid="ignore", divide="ignore"):
-                np.divide(amounts, _UNIT_HOURS[column], out=per)
-                np.divide(per, gpus_n, out=per)
-            inside = _inside(per, ccy_c, band, low_inclusive=False)
-            ok[have & ~inside] = False
+            priced.append((codes, ~np.isnan(values)))
+            outside = _outside(values, codes, ccy_c, band, low_inclusive=False, unit=_UNIT_HOURS[column],
+                               counts=(counts, gpus_c))
+            if outside is not None:
+                ok[outside] = False
             pair[1] = _NAN
             if spotted:
                 np.copyto(pair[1], amounts, where=spot)
                 amounts[spot] = _NAN
             table_prices[_TABLE_PRICES[column]] = pair
             coded[_TABLE_PRICES[column]] = (codes, values)  # a line's price is of its own kind (`spot`)
-        del per
-        ok &= any_price
+        if not any(known.all() for _, known in priced):  # else every line has a price of that column
+            any_price = np.zeros(n, dtype=bool)
+            for codes, known in priced:
+                any_price |= known[codes]
+            ok &= any_price
         floats: dict[str, np.ndarray] = {}
         bands: dict[str, tuple[list, list]] = {}  # egress and ingress share the transfer band
         for column, (codes, results) in others.items():
-            values = _spread([_NAN if r is _BAD or r is None else r for r in results], codes, coded,
-                             column.removesuffix("_gb_month").removesuffix("_gb"))  # the table's name
+            amounts = np.array([_NAN if r is _BAD or r is None else r for r in results], dtype=np.float64)
+            values = _spread(list(amounts), codes, coded, column.removesuffix("_gb_month").removesuffix("_gb"))
             kind = "storage_gb_month" if column == "storage_gb_month" else "transfer_gb"
             if kind not in bands:
                 bands[kind] = self._band_ends(kind, currencies, high_edge=1 - _EDGE)
-            known = ~np.isnan(values)
-            ok[known & ~_inside(values, ccy_c, bands[kind], low_inclusive=True)] = False
+            outside = _outside(amounts, codes, ccy_c, bands[kind], low_inclusive=True)
+            if outside is not None:
+                ok[outside] = False
             floats[column] = values
         if blank.any():
             ok &= ~blank
@@ -841,6 +843,42 @@ def _inside(values: np.ndarray, codes: np.ndarray, band: tuple[list[float], list
                 within &= codes == code
             inside |= within
     return inside
+
+
+def _outside(values: np.ndarray, codes: np.ndarray, currency: np.ndarray, band: tuple[list[float], list[float]], *,
+             low_inclusive: bool, unit: int = 1, counts: tuple[np.ndarray, np.ndarray] | None = None
+             ) -> np.ndarray | None:
+    """Per line, whether its value is known and not inside the band of its currency (`_inside`),
+    or None where no line's is. Line i's value is `values[codes[i]]`, divided by `unit`, then,
+    with `counts` = (per count cell, each line's count cell), by its count (a price per GPU-hour).
+
+    The value, hence the answer, depends on the line's cells only: it is worked out once per
+    combination of (value cell, count cell, currency) -- a few thousand at a million lines --
+    and looked up per line only where some combination is outside, by the same float
+    arithmetic. More combinations than lines: worked out per line."""
+    per_count, count_of = counts if counts is not None else (np.ones(1), None)
+    width, kinds = len(per_count), len(band[0])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if len(values) * width * kinds <= max(len(codes), 1 << 12):
+            per = values / unit if unit != 1 else values
+            if count_of is not None:
+                per = (per[:, None] / per_count[None, :]).reshape(-1)  # (value cell, count cell)
+            known = np.repeat(~np.isnan(values), width * kinds)
+            bad = known & ~_inside(np.repeat(per, kinds), np.tile(np.arange(kinds), len(per)), band,
+                                   low_inclusive=low_inclusive)
+            if not bad.any():
+                return None
+            key = codes.astype(np.int64)
+            if count_of is not None:
+                key = key * width + count_of
+            found = bad[key * kinds + currency]
+            return found if found.any() else None  # no line has a combination outside
+        line = values[codes]
+        per = line / unit if unit != 1 else line
+        if count_of is not None:
+            per = per / per_count[count_of]
+        bad = ~np.isnan(line) & ~_inside(per, currency, band, low_inclusive=low_inclusive)
+    return bad if bad.any() else None
 
 
 def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

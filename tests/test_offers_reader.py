@@ -347,3 +347,66 @@ def test_a_column_is_printable_where_every_cell_is_printable_ascii(chunks, cut):
     cells = _ArrowCells(pa.table({"region": pa.chunked_array(arrays, type=pa.string())}), np.zeros(0), [])
     shown = [c for a in arrays for c in a.to_pylist()]
     assert cells.printable(0) == all(0x20 <= ord(ch) <= 0x7E for cell in shown for ch in cell)
+
+
+def _outside_line_by_line(values, codes, currency, band, low_inclusive, unit, counts):
+    """`_outside` worked line by line in Python floats: a known value, divided by the unit and
+    the line's count (0: infinite, or NaN for 0 / 0), not above the low end (at it, with
+    `low_inclusive`) or not below the high end; NaN ends hold nothing inside."""
+    import math
+
+    out = []
+    for i, code in enumerate(codes.tolist()):
+        v = float(values[code])
+        if math.isnan(v):
+            out.append(False)
+            continue
+        per = v / unit
+        if counts is not None:
+            count = float(counts[0][counts[1][i]])
+            per = per / count if count else (math.nan if per == 0 else math.inf)
+        low, high = band[0][currency[i]], band[1][currency[i]]
+        above = per >= low if low_inclusive else per > low
+        out.append(not (above and per < high))
+    return out
+
+
+VALUE_POOL = [float("nan"), 0.0, 0.001, 0.5, 1.0, 24.0, 199.99, 200.0, 1e6]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(VALUE_POOL), min_size=1, max_size=6), st.integers(1, 5), st.integers(0, 40),
+       st.booleans(), st.sampled_from([1, 24, 730]), st.booleans(), st.integers(0, 2**32 - 1),
+       st.lists(st.tuples(st.sampled_from([float("nan"), 0.0, 0.001, 0.5]), st.sampled_from([float("nan"), 1.0, 200.0])),
+                min_size=1, max_size=6))
+def test_lines_outside_their_band_as_worked_line_by_line(values, width, n, with_counts, unit, low_inclusive, seed, ends):
+    """_outside (per combination of cells, then looked up per line) against the rule worked line
+    by line; counts of 0 included, a currency with no band (NaN ends), few and many currencies."""
+    from rentopt.optimizer.offers_reader import _outside
+
+    rng = np.random.default_rng(seed)
+    values = np.array(values)
+    codes = rng.integers(0, len(values), n).astype(np.int32)
+    currency = rng.integers(0, len(ends), n).astype(np.int32)
+    counts = (np.array(rng.integers(0, 9, width), dtype=np.int64), rng.integers(0, width, n)) if with_counts else None
+    band = ([low for low, _ in ends], [high for _, high in ends])
+    got = _outside(values, codes, currency, band, low_inclusive=low_inclusive, unit=unit, counts=counts)
+    want = _outside_line_by_line(values, codes, currency, band, low_inclusive, unit, counts)
+    assert (got.tolist() if got is not None else [False] * n) == want
+    assert got is None or got.any()
+
+
+def test_lines_outside_their_band_with_more_cell_combinations_than_lines():
+    """5,000 value cells x 2 counts x 2 currencies for 300 lines: worked out per line (day prices:
+    divided by 24 hours, then the count)."""
+    from rentopt.optimizer.offers_reader import _outside
+
+    rng = np.random.default_rng(3)
+    values = rng.choice(np.array([float("nan"), 0.012, 7.2, 3600.0, 10800.0]), 5000)
+    codes = rng.integers(0, 5000, 300).astype(np.int32)
+    currency = rng.integers(0, 2, 300).astype(np.int32)
+    counts = (np.array([1, 4]), rng.integers(0, 2, 300))  # 10,800 a day is 450 an hour: 112.5 on each of 4 GPUs
+    band = ([0.001, float("nan")], [200.0, float("nan")])
+    got = _outside(values, codes, currency, band, low_inclusive=False, unit=24, counts=counts)
+    assert got is not None and not got.all()
+    assert got.tolist() == _outside_line_by_line(values, codes, currency, band, False, 24, counts)

@@ -868,11 +868,17 @@ def _outside(values: np.ndarray, codes: np.ndarray, currency: np.ndarray, band: 
                                    low_inclusive=low_inclusive)
             if not bad.any():
                 return None
-            key = codes.astype(np.int64)
+            # only lines of a value cell with some combination outside are looked up (usually few)
+            lines = np.flatnonzero(bad.reshape(len(values), -1).any(axis=1)[codes])
+            key = codes[lines].astype(np.int64)
             if count_of is not None:
-                key = key * width + count_of
-            found = bad[key * kinds + currency]
-            return found if found.any() else None  # no line has a combination outside
+                key = key * width + count_of[lines]
+            outside = lines[bad[key * kinds + currency[lines]]]
+            if not len(outside):
+                return None
+            found = np.zeros(len(codes), dtype=bool)
+            found[outside] = True
+            return found
         line = values[codes]
         per = line / unit if unit != 1 else line
         if count_of is not None:

@@ -625,23 +625,24 @@ class _Reader:
             floats[column] = values
         if blank.any():
             ok &= ~blank
+        every = bool(ok.all())  # the common case: no index of the kept lines, no copy of each column
         # lines for offers_io's own parser: every line not known to be good, except blank ones
-        for i in np.flatnonzero(~ok & ~blank) if blank.any() else np.flatnonzero(~ok):
+        for i in () if every else np.flatnonzero(~ok & ~blank) if blank.any() else np.flatnonzero(~ok):
             self.slow.append((int(numbers[i]), dict(zip(self.header, cells.row(i)))))
-        keep = np.flatnonzero(ok)
-        if not len(keep):
+        keep = None if every else np.flatnonzero(ok)
+        kept = n if keep is None else len(keep)
+        if not kept:
             return
+        k = (lambda a: a) if keep is None else (lambda a: a[keep])  # noqa: E731
         status = [m.status if m else None for m in matches]
         # the memory a line gives, else its GPU's: both are the GPU match's (its key holds the memory cell)
         given = [memories[mem_c[i]] for i in first.tolist()]
         memory = _spread([g if isinstance(g, float) else _NAN if m is None else m.memory
                           for g, m in zip(given, matches)], inverse, coded, "gpu_memory_gb")
         notes_of = [m.note if m is not None and m.status == "default" else None for m in matches]
-        noted = np.array([x is not None for x in notes_of], dtype=bool)[inverse][keep]
-        note_rows = np.flatnonzero(noted)  # positions among the kept lines
-        every = len(keep) == n  # the common case: no copy of each column to drop nothing
-        k = (lambda a: a) if every else (lambda a: a[keep])  # noqa: E731
-        gpu_codes = k(inverse).astype(np.int32)  # one array for the three columns of the GPU match
+        match_of = k(inverse)  # each kept line's GPU match
+        note_rows = np.flatnonzero(np.array([x is not None for x in notes_of], dtype=bool)[match_of])  # among the kept
+        gpu_codes = match_of.astype(np.int32)  # one array for the three columns of the GPU match
         columns = {
             "provider": Codes(k(p_codes), providers),
             "offer_id": ids if every else take_strings(ids, keep),
@@ -680,10 +681,10 @@ class _Reader:
                                           for m in matches])
         if self.listing or not every:  # a quote's lines all kept: every value coded is some line's
             columns = {name: _used_only(c) if isinstance(c, Codes) else c for name, c in columns.items()}
-        noted_as = inverse[keep[note_rows]].tolist()  # each noted line's GPU match (one gather, not one per line)
+        noted_as = match_of[note_rows].tolist()  # each noted line's GPU match (one gather, not one per line)
         if "storage" in coded:
             coded["stopped_storage"] = coded["storage"]  # one column for both (a file has no stopped price)
-        part = Part(len(keep), columns, {name: pair if every else pair[:, keep] for name, pair in table_prices.items()},
+        part = Part(kept, columns, {name: pair if every else pair[:, keep] for name, pair in table_prices.items()},
                     extra_notes=dict(zip(note_rows.tolist(), [notes_of[m] for m in noted_as])),
                     value_codes={name: ValueCodes(_narrow(k(codes), len(values)), values)
                                  for name, (codes, values) in coded.items()})

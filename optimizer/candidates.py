@@ -99,9 +99,9 @@ class Rejections:
             at = np.flatnonzero(ties.klass[rows] >= 0) if len(ties.klass) else np.zeros(0, np.int64)
             if not len(at):
                 continue
-            extra = [ties.others(int(rows[i])) for i in at]
-            origin = np.r_[np.arange(len(rows)), np.repeat(at, [len(e) for e in extra])]
-            self._chunks[n] = (np.r_[rows, np.concatenate(extra)], constraint,
+            extra, counts = ties.others_of(rows[at])
+            origin = np.r_[np.arange(len(rows)), np.repeat(at, counts)]
+            self._chunks[n] = (np.r_[rows, extra], constraint,
                                reason if isinstance(reason, str) else (lambda i, r=reason, o=origin: r(int(o[i]))))
 
     def counts(self) -> dict[str, int]:

@@ -34,6 +34,16 @@ class Ties:
         c = int(self.klass[row])
         return self.members[self.starts[c] + 1:self.starts[c + 1]]
 
+    def others_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`others(row)` of each of `rows` (each the first of a class of two or more), one after
+        the other, and how many each has: ranges of `members` gathered at once (a quote spreads
+        a rejection over thousands of classes)."""
+        c = self.klass[np.asarray(rows, dtype=np.int64)]
+        begin, counts = self.starts[c] + 1, self.starts[c + 1] - self.starts[c] - 1
+        ends = np.cumsum(counts)
+        at = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(begin - (ends - counts), counts)
+        return self.members[at], counts
+
     def words(self, t: OfferTable, row: int, shown: int = 10) -> str:
         """'also at the same price: 6 more offers (z2, z3, ...)', the first `shown` by id."""
         others = self.others(row)

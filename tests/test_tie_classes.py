@@ -276,3 +276,19 @@ def test_an_offers_files_reader_codes_its_floats_as_the_table_holds_them(tmp_pat
         found = ties.tie_classes(t, np.ones(t.n, dtype=bool))
     assert found.first.tolist() == [True, True, False, True, False]
     assert found.others(0).tolist() == [2, 4] and not found.has_others(1) and not found.has_others(3)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(tables(), st.integers(0, 2**32 - 1))
+def test_the_others_of_many_classes_are_each_ones_others(case, seed):
+    """Ties.others_of (ranges of members gathered at once) gives each row's `others`, one row
+    after the other in the order asked, and how many each has."""
+    table, usable = case
+    found = ties.tie_classes(table, usable)
+    firsts = [r for r in range(table.n) if found.has_others(r)]
+    rows = np.array(firsts, dtype=np.int64)[np.random.default_rng(seed).permutation(len(firsts))] if firsts else \
+        np.zeros(0, dtype=np.int64)
+    extra, counts = found.others_of(rows) if len(found.klass) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    want = [found.others(int(r)).tolist() for r in rows]
+    assert counts.tolist() == [len(w) for w in want]
+    assert extra.tolist() == [x for w in want for x in w]

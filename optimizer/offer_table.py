@@ -131,8 +131,8 @@ class OfferTable:
     def part(self) -> Part:
         """The table's columns as a Part (to merge with others)."""
         columns = {name: getattr(self, name) for name in (*LIST_COLUMNS, *ARRAY_COLUMNS)}
-        return Part(self.n, columns, {name: getattr(self, name) for name in PRICE_COLUMNS}, self.terms, self.extra_notes,
-                    dict(self.value_codes))
+        prices = {name: getattr(self, name) for name in PRICE_COLUMNS}
+        return Part(self.n, columns, prices, self.terms, self.extra_notes, dict(self.value_codes))
 
     @classmethod
     def from_offers(cls, offers: Sequence[Offer]) -> OfferTable:

@@ -164,7 +164,8 @@ def _coded_columns(t: OfferTable) -> list[tuple[np.ndarray, np.ndarray]] | None:
 def _value_digits(values: np.ndarray) -> np.ndarray:
     """Per code, the rank of its value among the distinct values (as `_bits` compares floats:
     -0.0 is 0.0, every NaN one NaN), as uint64."""
-    return np.unique(_bits((values, True), np.arange(len(values))), return_inverse=True)[1].reshape(-1).astype(np.uint64)
+    ranks = np.unique(_bits((values, True), np.arange(len(values))), return_inverse=True)[1]
+    return ranks.reshape(-1).astype(np.uint64)
 
 
 def _packed_codes(n: int, columns: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[np.ndarray], list[int]]:

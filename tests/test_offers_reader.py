@@ -377,9 +377,10 @@ VALUE_POOL = [float("nan"), 0.0, 0.001, 0.5, 1.0, 24.0, 199.99, 200.0, 1e6]
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.lists(st.sampled_from(VALUE_POOL), min_size=1, max_size=6), st.integers(1, 5), st.integers(0, 40),
        st.booleans(), st.sampled_from([1, 24, 730]), st.booleans(), st.integers(0, 2**32 - 1),
-       st.lists(st.tuples(st.sampled_from([float("nan"), 0.0, 0.001, 0.5]), st.sampled_from([float("nan"), 1.0, 200.0])),
-                min_size=1, max_size=6))
-def test_lines_outside_their_band_as_worked_line_by_line(values, width, n, with_counts, unit, low_inclusive, seed, ends):
+       st.lists(st.tuples(st.sampled_from([float("nan"), 0.0, 0.001, 0.5]),
+                          st.sampled_from([float("nan"), 1.0, 200.0])), min_size=1, max_size=6))
+def test_lines_outside_their_band_as_worked_line_by_line(values, width, n, with_counts, unit, low_inclusive, seed,
+                                                          ends):
     """_outside (per combination of cells, then looked up per line) against the rule worked line
     by line; counts of 0 included, a currency with no band (NaN ends), few and many currencies."""
     from rentopt.optimizer.offers_reader import _outside

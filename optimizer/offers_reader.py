@@ -372,7 +372,7 @@ class _ArrowCells:
             # the coded column takes the text's place (the few lines read again by offers_io's
             # parser still find their cells there): a million cells of text freed now, handed
             # back to the system once every column is coded (`release`)
-            column = column.combine_chunks().dictionary_encode()
+            column = _dictionary_coded(column.combine_chunks())
             self.table = self.table.set_column(j, self.table.schema.field(j).name, column)
         else:
             column = column.chunk(0)
@@ -489,6 +489,27 @@ def _arrow_ints(values: np.ndarray) -> Any:
 
     values = np.ascontiguousarray(values, dtype=np.int64)
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+# A column whose first _HEAD cells hold at most _FEW distinct values (GPU counts, currencies, spot
+# flags, providers) is coded by looking each cell up among those (Arrow's index_in: ~7 ms at a
+# million cells, against ~11 ms for dictionary_encode's growing hash table).
+_HEAD, _FEW = 4096, 64
+
+
+def _dictionary_coded(column: Any) -> Any:
+    """A text column dictionary-encoded exactly as Arrow's dictionary_encode codes it: values in
+    the order the column first shows them, each once. Where the first cells hold few values and
+    every cell is one of them, looked up among them (the first cells show them in that order)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = pc.unique(column.slice(0, _HEAD))
+    if len(values) <= _FEW:
+        found = pc.index_in(column, value_set=values)
+        if not found.null_count:  # else some cell holds a value the first ones lack
+            return pa.DictionaryArray.from_arrays(found, values)
+    return column.dictionary_encode()
 
 
 def _longest_cell(column: Any) -> int:

@@ -411,3 +411,24 @@ def test_lines_outside_their_band_with_more_cell_combinations_than_lines():
     got = _outside(values, codes, currency, band, low_inclusive=False, unit=24, counts=counts)
     assert got is not None and not got.all()
     assert got.tolist() == _outside_line_by_line(values, codes, currency, band, False, 24, counts)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(["USD", "CNY", "", " no", "yes", "\u6a21", "8"]), max_size=40),
+       st.lists(st.sampled_from(["EUR", "late", "x"]), max_size=3), st.integers(0, 5000), st.integers(1, 90))
+def test_a_column_is_coded_as_arrows_dictionary_encode_codes_it(head, late, at, spread):
+    """_dictionary_coded against dictionary_encode: the same codes and values, in the order the
+    column first shows them; also where a value first shows after the first 4,096 cells, and
+    where the first cells hold more than 64 values."""
+    import pyarrow as pa
+
+    from rentopt.optimizer import offers_reader as reader
+
+    rng = np.random.default_rng(at)
+    cells = [head[i] for i in rng.integers(0, len(head), at)] if head else [""] * at
+    cells[min(at, len(cells)):min(at, len(cells))] = late  # after the first cells (from 4,096 on: not among them)
+    cells += [f"v{i % spread}" for i in range(100)]  # up to 90 more values
+    column = pa.array(cells, type=pa.string())
+    got, want = reader._dictionary_coded(column), column.dictionary_encode()
+    assert got.dictionary.to_pylist() == want.dictionary.to_pylist()
+    assert reader._numbers(got.indices).tolist() == reader._numbers(want.indices).tolist()

@@ -71,7 +71,7 @@ def tie_classes(t: OfferTable, usable: np.ndarray) -> Ties:
         words, spans = _packed_codes(t.n, coded)
         if len(rows) < t.n:
             words = [word[rows] for word in words]
-        order = _words_order(words, spans) if words else np.arange(len(rows))  # no words: every row alike
+        order = words_order(words, spans) if words else np.arange(len(rows))  # no words: every row alike
         new = np.zeros(len(rows), dtype=bool)
         new[0] = True
         for word in words:
@@ -195,7 +195,7 @@ def _packed_codes(n: int, columns: list[tuple[np.ndarray, np.ndarray]]) -> tuple
     return words, spans
 
 
-def _words_order(words: list[np.ndarray], spans: list[int]) -> np.ndarray:
+def words_order(words: list[np.ndarray], spans: list[int]) -> np.ndarray:
     """The positions sorted by their words (the first the most significant), positions ascending
     among equal ones. The words, each in as many bits as its span needs, are read as one binary
     number, sorted by stable sorts of its 16-bit digits (numpy counts them), least significant

@@ -432,3 +432,47 @@ def test_a_column_is_coded_as_arrows_dictionary_encode_codes_it(head, late, at, 
     got, want = reader._dictionary_coded(column), column.dictionary_encode()
     assert got.dictionary.to_pylist() == want.dictionary.to_pylist()
     assert reader._numbers(got.indices).tolist() == reader._numbers(want.indices).tolist()
+
+
+ID_CELLS = st.text(st.sampled_from(["a", "b", "7", "-", " ", "\u00e9", "\u6a21"]), max_size=9)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(ID_CELLS, max_size=30), st.integers(0, 3))
+def test_short_ids_are_distinct_as_a_set_of_them_says(cells, cut):
+    """_short_texts_distinct (two zero-padded words per cell, a 32-bit hash) against Python's
+    set: cells of 0 to 27 bytes (8- and 16-byte boundaries, multi-byte characters), a sliced
+    column; over 16 bytes it leaves the answer to Arrow (None)."""
+    import pyarrow as pa
+
+    from rentopt.optimizer.offers_reader import _short_texts_distinct
+
+    column = pa.array(["x"] * cut + cells, type=pa.string()).slice(cut)
+    got = _short_texts_distinct(column)
+    if cells and max(len(c.encode()) for c in cells) > 16:
+        assert got is None
+    else:
+        assert got == (len(set(cells)) == len(cells))
+
+
+@pytest.mark.parametrize("cells", [["abcdefgh", "abcdefgi"], ["abcdefghi", "abcdefghj"], ["abcdefghi", "abcdefgh"],
+                                   ["abcdefgh12345678", "abcdefgh12345679"], ["", "a"], ["\u6a21\u578b1", "\u6a21\u578b2"]])
+def test_short_ids_differing_in_their_last_byte_are_distinct(cells):
+    """Each word's last byte counts (8, 9 and 16 bytes; a 9-byte id is not its 8-byte head)."""
+    import pyarrow as pa
+
+    from rentopt.optimizer.offers_reader import _short_texts_distinct
+
+    assert _short_texts_distinct(pa.array(cells, type=pa.string())) is True
+    assert _short_texts_distinct(pa.array(cells + cells[:1], type=pa.string())) is False
+
+
+def test_many_short_ids_sharing_hashes_are_told_apart_by_their_bytes():
+    """300,000 ids, six pairs of which share a 32-bit hash: still distinct; one id twice is not."""
+    import pyarrow as pa
+
+    from rentopt.optimizer.offers_reader import _short_texts_distinct
+
+    ids = [f"s{i:x}-{(i * 7919) % 100003}" for i in range(300_000)]
+    assert _short_texts_distinct(pa.array(ids, type=pa.string())) is True
+    assert _short_texts_distinct(pa.array(ids + [ids[123_456]], type=pa.string())) is False

@@ -221,7 +221,7 @@ def test_the_words_order_is_the_stable_order_of_their_values(spans_seeds, n):
         pool[0] = span - 1  # the largest value: every bit of the word's width
         words.append(pool[np.random.default_rng(seed + 1).integers(0, 4, n)])
     want = np.lexsort(words[::-1])
-    assert np.array_equal(ties._words_order(words, spans), want)
+    assert np.array_equal(ties.words_order(words, spans), want)
 
 
 def test_coded_columns_packed_past_64_bits_fill_several_words():

@@ -315,6 +315,7 @@ class Texts(_LazyList):
     _data: bytes | None = None
     _chars: np.ndarray | None = None  # cells not yet joined: their bytes, text i at _bounds[i]:_bounds[i + 1]
     _bounds: np.ndarray | None = None
+    _starts: np.ndarray | None = None
 
     def __init__(self, data: bytes, n: int):
         self._data = data
@@ -343,9 +344,20 @@ class Texts(_LazyList):
         first 0), joined by NULs (`joined`) only when `data` is read: a quote reads a few of a
         file's million ids one by one, which the bounds find (the join costs ~20 ms)."""
         texts = cls.__new__(cls)
-        texts._chars, texts._bounds = chars, bounds
-        texts.starts = bounds.astype(np.int64) + np.arange(len(bounds), dtype=np.int64)
+        texts._chars, texts._bounds = chars, bounds  # `starts` is worked out when first read
         return texts
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each text begins in `data`, and one past the last NUL (n + 1 positions)."""
+        if self._starts is None:
+            assert self._bounds is not None
+            self._starts = self._bounds.astype(np.int64) + np.arange(len(self._bounds), dtype=np.int64)
+        return self._starts
+
+    @starts.setter
+    def starts(self, value: np.ndarray) -> None:
+        self._starts = value
 
     @property
     def data(self) -> bytes:
@@ -353,11 +365,12 @@ class Texts(_LazyList):
         if self._data is None:
             assert self._chars is not None and self._bounds is not None
             self._data = np.insert(self._chars, self._bounds[1:-1], 0).tobytes()
+            self._starts = self.starts  # worked out from the bounds before they go
             self._chars = self._bounds = None
         return self._data
 
     def __len__(self) -> int:
-        return len(self.starts) - 1
+        return len(self.starts if self._bounds is None else self._bounds) - 1
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def]
         if isinstance(i, slice):

@@ -331,7 +331,7 @@ def test_texts_of_cells_read_alike_before_and_after_their_join(values, picked):
     if len(values):
         assert texts[-1] == values[-1]
     assert texts.take(rows) == [values[r] for r in rows]  # still not joined
-    assert texts._data is None
+    assert texts._data is None and texts._starts is None  # neither joined nor placed
     assert texts.data == want.data and texts.starts.tolist() == want.starts.tolist()
     assert texts.take(rows) == [values[r] for r in rows] and list(texts) == values
     unjoined = Texts.cells(chars, bounds)

@@ -28,8 +28,10 @@ What it knows, and where each rule is written (once):
   on an unknown price the fully priced option is kept and the other is shown, with the price at
   which it would win.
 - **The plan** (`price_plan`): the exact bill of a Choice (validation or none, idle choice,
-  training), line by line, with its unknown charges; and `use_bounds` / `lease_bounds`, the cheap
-  lower/upper bounds that the solver prunes with. Every cost the solver compares comes from here.
+  training), line by line, with its unknown charges; and `use_bounds` / `lease_bounds` /
+  `idle_bounds`, the bounds the solver prunes with: the exact covers' cost, open only by the
+  rounding of the compute lines, without building a bill. Every cost the solver compares comes
+  from here.
 
 Rounding: every billing line's cost is rounded half-up to the quote currency's minor unit (a
 provider's invoice does the same), and a bill's total is the sum of its lines, so a JSON total
@@ -39,7 +41,7 @@ always equals the sum of the amounts printed under it. Unit prices keep the 1e-6
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
@@ -55,7 +57,8 @@ __all__ = [
     "Bounds", "IdleOption", "QUANTUM", "SCALE", "SECONDS_PER_HOUR", "quantize_money", "round_money",
     "rental_pricing", "in_quote_currency", "offer_terms", "seconds_to_cover", "billed_metered_seconds", "cover_in_units",
     "cheapest_cover", "cover_alternatives", "explain_cover", "cover_notes", "lease_cover_notes", "storage_line", "transfer_line",
-    "price_alone", "price_lease", "lease_refusal", "idle_choice", "price_plan", "use_bounds", "lease_bounds", "rounding_slack",
+    "price_alone", "price_lease", "lease_refusal", "idle_choice", "price_plan", "use_bounds", "lease_bounds", "idle_bounds",
+    "rounding_slack",
 ]
 
 SECONDS_PER_HOUR = 3600
@@ -1010,21 +1013,28 @@ def _break_even(kept: PlanBill, other: PlanBill) -> str:
     return f"cheaper only if {line.what.replace('_', ' ')} costs under {per} {kept.currency} per {line.unit}"
 
 
-def price_plan(choice: Choice, uses: dict[str, Use], idle_hours: Decimal) -> PlanBill:
-    """The exact bill of `choice` over `uses` (by id). Raises ValueError for a choice no rule allows."""
+def price_plan(choice: Choice, uses: dict[str, Use], idle_hours: Decimal,
+               alone: Mapping[str, tuple[StageBill, ...]] | None = None) -> PlanBill:
+    """The exact bill of `choice` over `uses` (by id). Raises ValueError for a choice no rule allows.
+    `alone`: `price_alone`'s bills of some of the uses, by id, taken instead of pricing them again."""
+
+    def bill_alone(use: Use) -> tuple[StageBill, ...]:
+        found = None if alone is None else alone.get(use.id)
+        return found if found is not None else price_alone(use)
+
     t = uses[choice.train]
     if t.kind != "train":
         raise ValueError(f"{choice.train} is not a training use")
     if choice.validate is None:
         if choice.idle is not None:
             raise ValueError("an idle choice needs a validation stage")
-        stages = price_alone(t)
+        stages = bill_alone(t)
         return PlanBill(choice, stages, t.terms.currency, t.hours)
     v = uses[choice.validate]
     if v.kind != "validate":
         raise ValueError(f"{choice.validate} is not a validation use")
     if choice.idle == "destroy":
-        stages = price_alone(v) + price_alone(t)
+        stages = bill_alone(v) + bill_alone(t)
         return PlanBill(choice, stages, t.terms.currency, v.hours + v.out_hours + idle_hours + t.hours)
     if (choice.idle == "continue") != (idle_hours == 0) or choice.idle not in ("stop", "continue"):
         raise ValueError(f"idle {choice.idle!r} does not fit a gap of {idle_hours} h")
@@ -1033,7 +1043,7 @@ def price_plan(choice: Choice, uses: dict[str, Use], idle_hours: Decimal) -> Pla
 
 
 # --------------------------------------------------------------------------------------------
-# Cheap bounds, for pruning
+# Bounds without a bill, for pruning
 
 
 @dataclass(frozen=True, slots=True)
@@ -1045,28 +1055,17 @@ class Bounds:
     unknown: bool
 
 
-def _lowest_rate(pricing: RentalPricing) -> Fraction:
-    """The lowest cost per covered second among the blocks and metered time (exact)."""
-    ip = pricing.units
-    low_cost, low_len = ip.floor_rate[-1] if ip.floor_rate else (ip.rate, 1)
-    return Fraction(low_cost, low_len * ip.unit)  # type: ignore[arg-type]
-
-
-def _compute_bounds(pricing: RentalPricing, seconds: int) -> tuple[Fraction, Fraction]:
-    """Cheap bounds on the cheapest cover of `seconds` (exact when the offer is only metered)."""
-    ip = pricing.units
+def _cover_cost(pricing: RentalPricing, seconds: int, window_s: int = 0) -> tuple[int, int] | None:
+    """The cheapest cover of `seconds` (its blocks spanning `window_s`) as (its cost in
+    `pricing.units`, how many compute lines it bills, each rounded on its own), or None when
+    there is none; (0, 0) for no time."""
     if seconds <= 0:
-        return Fraction(0), Fraction(0)
-    metered_cost = None
-    if ip.rate is not None:
-        metered_cost = ip.rate * billed_metered_seconds(ip.granularity, ip.minimum, seconds)
-        if not ip.blocks:
-            exact = Fraction(metered_cost, ip.unit)
-            return exact, exact
-    singles = [-(-seconds // length) * price for _, length, price in ip.blocks]
-    if metered_cost is not None:
-        singles.append(metered_cost)
-    return seconds * _lowest_rate(pricing), Fraction(min(singles), ip.unit)
+        return 0, 0
+    found = _cached_cover(pricing, seconds, window_s)
+    if found is None:
+        return None
+    counts, metered, cost = found
+    return cost, sum(1 for c in counts if c) + (1 if metered else 0)
 
 
 def _fixed(lines: Sequence[Line | None]) -> tuple[Decimal, bool]:
@@ -1081,53 +1080,75 @@ def _fixed(lines: Sequence[Line | None]) -> tuple[Decimal, bool]:
     return known, unknown
 
 
-def rounding_slack(currency: str) -> Decimal:
-    """What rounding each line to the minor unit can move a total by."""
+def rounding_slack(currency: str, lines: int = LINE_ROUNDING) -> Decimal:
+    """What rounding `lines` lines each to the minor unit can move a total by (half a unit each,
+    at most: a whole unit each is allowed)."""
     unit = round_money(Decimal(0), currency).as_tuple().exponent
-    return Decimal(1).scaleb(unit) * LINE_ROUNDING  # type: ignore[arg-type]
+    return Decimal(1).scaleb(unit) * lines  # type: ignore[arg-type]
 
 
-def _bounds(lo: Fraction, hi: Fraction, fixed: Decimal, unknown: bool, currency: str) -> Bounds:
-    slack = rounding_slack(currency)
-    return Bounds(_to_decimal(lo) + fixed - slack, _to_decimal(hi) + fixed + slack, unknown)
+def _bounds(compute: Fraction, lines: int, fixed: Decimal, unknown: bool, currency: str) -> Bounds:
+    """Bounds on a bill of `lines` compute lines adding up to `compute` before they are rounded,
+    and exact (already rounded) other lines adding up to `fixed`."""
+    exact, slack = _to_decimal(compute) + fixed, rounding_slack(currency, lines)
+    return Bounds(exact - slack, exact + slack, unknown)
 
 
 def use_bounds(use: Use) -> Bounds:
-    """Bounds on `price_alone(use)`'s total; the disk and transfer charges are exact and cheap."""
-    t = use.terms
+    """Bounds on `price_alone(use)`'s total, apart only by the rounding of its compute lines: the
+    compute is the cheapest cover's cost (the search is cached: the exact bill finds it again),
+    the disk and transfer lines are priced as the bill prices them."""
+    t, pricing = use.terms, use.pricing
     running = use.hours + (use.out_hours if use.kind == "validate" else Decimal(0))
-    lo, hi = _compute_bounds(use.pricing, seconds_to_cover(running))
+    cost, lines = _cover_cost(pricing, seconds_to_cover(running)) or _no_cover()
     fixed, unknown = _fixed([
         storage_line(t, use.disk_gb, use.nodes, running),
         transfer_line(t, use.import_gb * use.nodes, "ingress"), transfer_line(t, use.out_gb, "egress")])
-    return _bounds(lo * use.nodes, hi * use.nodes, fixed, unknown, t.currency)
+    return _bounds(Fraction(cost * use.nodes, pricing.units.unit), lines, fixed, unknown, t.currency)
 
 
 def lease_bounds(v: Use, t: Use, idle_hours: Decimal) -> Bounds | None:
     """Bounds on `price_lease(v, t, idle_hours)`'s total, or None when the lease is refused.
 
-    Lower: every billable second at the offer's lowest rate per second. Upper: the sessions paid
-    on their own (or one session through a billed gap), each by its cheapest single option.
+    As `use_bounds`: the compute is the cost of `price_lease`'s covers -- one session through
+    the gap when there is none or it is billed (its metered time split over up to three
+    sessions' lines), else the cheaper of the sessions paid on their own and one prepaid window
+    spanning the gap -- and the other nodes' fresh rentals; only the lines' rounding is open.
     """
     if lease_refusal(v, t, idle_hours) is not None:
         return None
     terms, pricing = v.terms, v.pricing
     sv, st, sg = seconds_to_cover(v.hours), seconds_to_cover(t.hours), seconds_to_cover(idle_hours)
     if sg == 0 or _gap_bills(terms):
-        lo, hi = _compute_bounds(pricing, sv + sg + st)
+        cost, lines = _cover_cost(pricing, sv + sg + st) or _no_cover()
+        lines += 2
     else:
-        # Each session's lower bound is its seconds at the lowest rate (exact when metered only,
-        # where no prepaid window can span the gap), so their sum also bounds a spanning window.
-        (vlo, vhi), (tlo, thi) = _compute_bounds(pricing, sv), _compute_bounds(pricing, st)
-        lo, hi = vlo + tlo, vhi + thi
+        (v_cost, v_lines), (t_cost, t_lines) = (_cover_cost(pricing, sv) or _no_cover(),
+                                                _cover_cost(pricing, st) or _no_cover())
+        cost, lines = v_cost + t_cost, v_lines + t_lines
+        spanning = _cover_cost(pricing, sv + sg + st, sv + sg)
+        if spanning is not None:
+            cost, lines = min(cost, spanning[0]), max(lines, spanning[1])
     others = t.nodes - 1
     if others:
-        olo, ohi = _compute_bounds(pricing, st)
-        lo, hi = lo + olo * others, hi + ohi * others
+        o_cost, o_lines = _cover_cost(pricing, st) or _no_cover()
+        cost, lines = cost + o_cost * others, lines + o_lines
     fixed, unknown = _fixed([
         storage_line(terms, v.disk_gb, 1, v.hours), transfer_line(terms, v.import_gb, "ingress"),
         _gap_disk_line(terms, v.disk_gb, idle_hours),
         storage_line(terms, t.disk_gb, t.nodes, t.hours),
         transfer_line(terms, t.import_gb * others, "ingress") if others else None,
         transfer_line(terms, t.out_gb, "egress")])
-    return _bounds(lo, hi, fixed, unknown, terms.currency)
+    return _bounds(Fraction(cost, pricing.units.unit), lines, fixed, unknown, terms.currency)
+
+
+def idle_bounds(keep: Bounds, destroy: Bounds) -> Bounds:
+    """Bounds on `idle_choice`'s total from bounds on its two options' totals: it takes the
+    cheaper when both are fully priced, and may take either otherwise."""
+    if keep.unknown or destroy.unknown:
+        return Bounds(min(keep.lo, destroy.lo), max(keep.hi, destroy.hi), True)
+    return Bounds(min(keep.lo, destroy.lo), min(keep.hi, destroy.hi), False)
+
+
+def _no_cover() -> tuple[int, int]:
+    raise ValueError("these prices cannot cover the running time")

@@ -43,6 +43,7 @@ from rentopt.optimizer.billing import (
     PlanBill,
     StageBill,
     Use,
+    idle_bounds,
     idle_choice,
     lease_bounds,
     lease_refusal,
@@ -502,6 +503,7 @@ class _Pruned:
     alone: dict[str, tuple[Decimal, bool]] = field(default_factory=dict)  # use id -> (known total, unknown?)
     bills: dict[tuple[str, str], PlanBill] = field(default_factory=dict)  # same-instance pair -> its plan
     unrounded: dict[str, Decimal] = field(default_factory=dict)  # use id -> its bill before rounding to the cent
+    stages: dict[str, tuple[StageBill, ...]] = field(default_factory=dict)  # use id -> its bill alone (price_alone)
 
 
 def _score(inst: PlanInstance, total: Decimal, t: Candidate) -> Decimal:
@@ -517,8 +519,9 @@ def _widened(b: Bounds) -> tuple[float, float]:
 def prune(inst: PlanInstance, top_k: int) -> _Pruned:
     """The candidates of an instance that can still be in the top `top_k` plans.
 
-    Two rounds of `prune_arrays`: first with billing's cheap bounds (loose for prepaid blocks,
-    whose cheapest cover needs a search), then with the exact totals of the survivors.
+    Two rounds of `prune_arrays`: first with billing's bounds (the exact covers, open by the
+    rounding of the bill's lines; a pair's idle choice bounded by `idle_bounds`), then with the
+    exact totals of the survivors, whose bills alone are kept for the plans that destroy.
     """
     G = inst.idle_hours
     ts, vs = list(inst.train), list(inst.validate)
@@ -533,14 +536,17 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
             if compatible(v, ts[j]) and _fits(inst, v.wall + G + ts[j].wall) and \
                     lease_refusal(v.use, ts[j].use, G) is None:
                 pairs.append((i, j))
-    t_b = [_widened(use_bounds(t.use)) for t in ts]
-    v_b = [_widened(use_bounds(v.use)) for v in vs]
+    t_exact = [use_bounds(t.use) for t in ts]
+    v_exact = [use_bounds(v.use) for v in vs]
+    t_b, v_b = [_widened(b) for b in t_exact], [_widened(b) for b in v_exact]
     l_b = []
     for i, j in pairs:  # the pair's plan is keep or destroy, as billing's idle rule decides
-        lo, hi = _widened(lease_bounds(vs[i].use, ts[j].use, G))  # type: ignore[arg-type]
+        found = lease_bounds(vs[i].use, ts[j].use, G)
+        assert found is not None  # a pair is a lease billing allows
         if _fits(inst, _destroy_wall(vs[i]) + G + ts[j].wall):
-            lo, hi = min(lo, t_b[j][0] + v_b[i][0]), max(hi, t_b[j][1] + v_b[i][1])
-        l_b.append((lo, hi))
+            t, v = t_exact[j], v_exact[i]
+            found = idle_bounds(found, Bounds(t.lo + v.lo, t.hi + v.hi, t.unknown or v.unknown))
+        l_b.append(_widened(found))
     kept = _prune_round(inst, ts, vs, pairs, t_b, v_b, l_b, top_k)
     dropped = dict(kept.dropped)
     # round two: the exact totals of what survived
@@ -549,10 +555,12 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
     alone: dict[str, tuple[Decimal, bool]] = {}
     unrounded: dict[str, Decimal] = {}  # kept for the search's tie-break: each use is priced once
     bills: dict[tuple[str, str], PlanBill] = {}
-    _alone_totals([ts[j].use for j in t_idx] + [vs[i].use for i in v_idx], alone, unrounded)
+    stages: dict[str, tuple[StageBill, ...]] = {}  # each survivor's bill alone, for the destroy plans
+    _alone_totals([ts[j].use for j in t_idx] + [vs[i].use for i in v_idx], alone, unrounded, stages)
     t_exact = {int(j): _exact(alone[ts[j].id][0]) for j in t_idx}
     v_exact = {int(i): _exact(alone[vs[i].id][0]) for i in v_idx}
-    l_exact = {int(k): _exact(_lease_bill(inst, vs[pairs[k][0]], ts[pairs[k][1]], bills).total) for k in p_idx}
+    l_exact = {int(k): _exact(_lease_bill(inst, vs[pairs[k][0]], ts[pairs[k][1]], bills, stages).total)
+               for k in p_idx}
     ts2, vs2 = [ts[j] for j in t_idx], [vs[i] for i in v_idx]
     t_pos = {int(j): n for n, j in enumerate(t_idx)}
     v_pos = {int(i): n for n, i in enumerate(v_idx)}
@@ -560,7 +568,7 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
               if pairs[k][0] in v_pos and pairs[k][1] in t_pos]
     l_exact2 = [l_exact[int(k)] for k in p_idx if pairs[k][0] in v_pos and pairs[k][1] in t_pos]
     if not ts2:
-        return _Pruned([], [], {}, dropped, alone, bills, unrounded)
+        return _Pruned([], [], {}, dropped, alone, bills, unrounded, stages)
     kept2 = _prune_round(inst, ts2, vs2, pairs2, [t_exact[int(j)] for j in t_idx], [v_exact[int(i)] for i in v_idx],
                          l_exact2, top_k)
     for k, n in kept2.dropped.items():
@@ -568,23 +576,25 @@ def prune(inst: PlanInstance, top_k: int) -> _Pruned:
     leases = {(vs2[i].id, ts2[j].id): Bounds(Decimal(b[0]), Decimal(b[1]), False)
               for (i, j), b, ok in zip(pairs2, l_exact2, kept2.leases) if ok}
     return _Pruned([v for v, ok in zip(vs2, kept2.validate) if ok], [t for t, ok in zip(ts2, kept2.train) if ok],
-                   leases, dropped, alone, bills, unrounded)
+                   leases, dropped, alone, bills, unrounded, stages)
 
 
-def _lease_bill(inst: PlanInstance, v: Candidate, t: Candidate, bills: dict[tuple[str, str], PlanBill]) -> PlanBill:
-    """The plan a same-instance pair gives (billing's idle choice, keep or destroy), priced once."""
+def _lease_bill(inst: PlanInstance, v: Candidate, t: Candidate, bills: dict[tuple[str, str], PlanBill],
+                stages: dict[str, tuple[StageBill, ...]]) -> PlanBill:
+    """The plan a same-instance pair gives (billing's idle choice, keep or destroy), priced once
+    (`stages`: bills of uses alone already worked out)."""
     key = (v.id, t.id)
     if key not in bills:
-        bills[key] = _pair_bill(inst, v, t)
+        bills[key] = _pair_bill(inst, v, t, stages)
     return bills[key]
 
 
-def _pair_bill(inst: PlanInstance, v: Candidate, t: Candidate) -> PlanBill:
+def _pair_bill(inst: PlanInstance, v: Candidate, t: Candidate, stages: dict[str, tuple[StageBill, ...]]) -> PlanBill:
     uses = {v.id: v.use, t.id: t.use}
     keep = price_plan(Choice(v.id, t.id, "continue" if inst.idle_hours == 0 else "stop"), uses, inst.idle_hours)
     if not _fits(inst, _destroy_wall(v) + inst.idle_hours + t.wall):
         return keep
-    return idle_choice(keep, price_plan(Choice(v.id, t.id, "destroy"), uses, inst.idle_hours))
+    return idle_choice(keep, price_plan(Choice(v.id, t.id, "destroy"), uses, inst.idle_hours, stages))
 
 
 def _exact(total: Decimal) -> tuple[float, float]:
@@ -648,12 +658,15 @@ class _Option:
 
 
 def _alone_totals(uses: Iterable[Use], memo: dict[str, tuple[Decimal, bool]],
-                  unrounded: dict[str, Decimal] | None = None) -> None:
+                  unrounded: dict[str, Decimal] | None = None, bills: dict[str, tuple[StageBill, ...]] | None = None
+                  ) -> None:
     """Each use's bill on an instance of its own (known total, unknown charges?), into `memo`
-    (and its total before rounding into `unrounded`)."""
+    (and its total before rounding into `unrounded`, the bill into `bills`)."""
     for u in uses:
         if u.id not in memo or (unrounded is not None and u.id not in unrounded):
             stages = price_alone(u)
+            if bills is not None:
+                bills[u.id] = stages
             memo[u.id] = (sum((s.cost for s in stages), Decimal(0)), any(s.unknown for s in stages))
             if unrounded is not None:
                 unrounded[u.id] = _unrounded(stages)
@@ -687,7 +700,7 @@ def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int,
     uses = inst.uses
     G = inst.idle_hours
     alone, exact = p.alone, p.unrounded
-    _alone_totals((c.use for c in (*p.validate, *p.train)), alone, exact)
+    _alone_totals((c.use for c in (*p.validate, *p.train)), alone, exact, p.stages)
     budget = inst.budget
     best: dict[tuple[str, str], _Option] = {}
     serving = _by_key(p.validate) if serving is None else serving
@@ -700,7 +713,7 @@ def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int,
             destroy_ok = _fits(inst, _destroy_wall(v) + G + t.wall)
             v_cost, v_unk = alone[v.id]
             if (v.id, t.id) in p.leases:
-                chosen = _lease_bill(inst, v, t, p.bills)
+                chosen = _lease_bill(inst, v, t, p.bills, p.stages)
                 options.append(_Option(_score(inst, chosen.total, t), bool(chosen.unknown), chosen.choice, chosen,
                                        _unrounded(chosen.stages)))
             elif destroy_ok:
@@ -712,7 +725,7 @@ def _enumerate(inst: PlanInstance, p: _Pruned, top_k: int,
             if t.group not in best or top.key < best[t.group].key:
                 best[t.group] = top
     ranked = sorted(best.values(), key=lambda o: o.key)[:top_k]
-    return [o.bill or price_plan(o.choice, uses, G) for o in ranked]
+    return [o.bill or price_plan(o.choice, uses, G, p.stages) for o in ranked]
 
 
 def _total(o: _Option, alone: dict[str, tuple[Decimal, bool]]) -> Decimal:
@@ -731,7 +744,7 @@ def _cp_sat(inst: PlanInstance, p: _Pruned, top_k: int, time_limit_s: float) -> 
 
     uses, G = inst.uses, inst.idle_hours
     alone = p.alone
-    _alone_totals((c.use for c in (*p.validate, *p.train)), alone)
+    _alone_totals((c.use for c in (*p.validate, *p.train)), alone, bills=p.stages)
     unit = Decimal(1).scaleb(round_money(Decimal(0), inst.currency).as_tuple().exponent)  # type: ignore[arg-type]
 
     def cents(x: Decimal) -> int:
@@ -741,7 +754,7 @@ def _cp_sat(inst: PlanInstance, p: _Pruned, top_k: int, time_limit_s: float) -> 
     forbid_destroy: set[tuple[str, str]] = set()
     v_by_id, t_by_id = {c.id: c for c in p.validate}, {c.id: c for c in p.train}
     for (vid, tid) in p.leases:
-        chosen = _lease_bill(inst, v_by_id[vid], t_by_id[tid], p.bills)
+        chosen = _lease_bill(inst, v_by_id[vid], t_by_id[tid], p.bills, p.stages)
         if chosen.choice.idle != "destroy":
             lease_bills[(vid, tid)] = chosen
             forbid_destroy.add((vid, tid))
@@ -795,7 +808,7 @@ def _cp_sat(inst: PlanInstance, p: _Pruned, top_k: int, time_limit_s: float) -> 
         vid = next((k for k, var in y.items() if solver.boolean_value(var)), None)
         leased = vid is not None and (vid, tid) in z and solver.boolean_value(z[(vid, tid)])
         bill = lease_bills[(vid, tid)] if leased else price_plan(  # type: ignore[index]
-            Choice(vid, tid, None if vid is None else "destroy"), uses, G)
+            Choice(vid, tid, None if vid is None else "destroy"), uses, G, p.stages)
         out.append(bill)
         group = next(t.group for t in p.train if t.id == tid)
         model.add(sum(x[i] for i in groups[group]) == 0)  # the next plan: another provider or GPU

@@ -17,8 +17,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from rentopt.optimizer import billing
 from rentopt.optimizer.billing import (
     Block,
+    Bounds,
     Choice,
     RentalPricing,
     Terms,
@@ -28,6 +30,7 @@ from rentopt.optimizer.billing import (
     cover_in_units,
     cover_notes,
     explain_cover,
+    idle_bounds,
     idle_choice,
     lease_bounds,
     lease_refusal,
@@ -449,6 +452,105 @@ def test_bounds_contain_the_exact_bill():
             idle = "continue" if gap == "0" else "stop"
             lease = price_plan(Choice("v", "t", idle), {"v": v, "t": t}, D(gap)).total
             assert lb.lo <= lease <= lb.hi, (hours, gap)
+
+
+def _compute_lines_of(bill) -> int:
+    return sum(1 for s in bill.stages for ln in s.lines if ln.what == "compute")
+
+
+# Hourly 2.10 billed by the minute with a 5-minute minimum, a day at 40, a week at 250; hourly
+# 1.00 by the second (1/3 h = 0.3333... -> one line of 0.33); a month only.
+_TIGHT_PRICINGS = (
+    RentalPricing(D("2.10"), 60, 300, (Block("day", DAY, 24, D("40")), Block("week", WEEK, 168, D("250")))),
+    RentalPricing(D("1.00")),
+    RentalPricing(None, 3600, 0, (Block("month", MONTH, 720, D("7920")),)),
+)
+
+
+def test_bounds_are_the_exact_bill_open_only_by_the_rounding_of_its_compute_lines():
+    # A bill's compute lines are each rounded half up to the cent: at most 0.005 each, and the
+    # bounds allow 0.01 a line either side; the disk and transfer lines are exact. So the bounds
+    # hold the exact bill and are at most 2 x 0.01 x (compute lines) wide -- a lease's metered
+    # time may be split over its three sessions, two lines more.
+    for pricing, hours, nodes in product(_TIGHT_PRICINGS, ("0.1", "1", "5", "23.9", "30", "200"), (1, 3)):
+        node = terms(on_demand=pricing, storage_gb_month=D("0.1"), egress_gb=D("0.05"), ingress_gb=D(0))
+        t = use(node, "t", "train", D(hours) / 3 if hours == "1" else hours, disk="80", imp="30", out="20",
+                nodes=nodes)
+        alone = price_plan(Choice(None, "t", None), {"t": t}, D(0))
+        b = use_bounds(t)
+        assert b.lo <= alone.total <= b.hi, (pricing, hours)
+        assert b.hi - b.lo == D("0.02") * _compute_lines_of(alone), (pricing, hours)
+        v = use(node, "v", "validate", "4", disk="60", imp="30", out="12")
+        for gap in ("0", "12", "100"):
+            lb = lease_bounds(v, t, D(gap))
+            lease = price_plan(Choice("v", "t", "continue" if gap == "0" else "stop"), {"v": v, "t": t}, D(gap))
+            assert lb.lo <= lease.total <= lb.hi, (pricing, hours, gap)
+            assert lb.hi - lb.lo <= D("0.02") * (_compute_lines_of(lease) + 2), (pricing, hours, gap)
+
+
+def test_one_third_of_an_hour_is_bounded_around_its_rounded_line():
+    # 1/3 h at 1.00 by the second: 1200 s = 0.333333... -> the line bills 0.33; the bounds are
+    # 0.3333 -/+ 0.01 (one line), which hold 0.33: bounds without the line's rounding would not
+    t = use(terms(on_demand=RentalPricing(D("1.00"))), "t", "train", D(1) / 3)
+    b = use_bounds(t)
+    assert b.lo < D("0.33") < D("0.333333") < b.hi <= D("0.343334")
+
+
+def test_a_lease_through_a_billed_gap_is_bounded_around_its_three_metered_lines():
+    # 0.36/h by the second is 0.0001/s. Validation, a gap billed in full (JYGPU-style) and training
+    # of 49 s each: three metered lines of 0.0049 -> 0.00 each, so the compute is 0.00 where
+    # 147 s cost 0.0147 unrounded: the bounds allow three lines' rounding, not one
+    node = terms(on_demand=RentalPricing(D("0.36")), stopped_bills="everything")
+    seconds = D(49) / 3600
+    v, t = use(node, "v", "validate", seconds), use(node, "t", "train", seconds)
+    lease = price_plan(Choice("v", "t", "stop"), {"v": v, "t": t}, seconds)
+    assert [ln.cost for s in lease.stages for ln in s.lines] == [D("0.00")] * 3 and lease.total == 0
+    b = lease_bounds(v, t, seconds)
+    assert b.lo <= 0 <= b.hi
+
+
+def test_the_bounds_of_the_idle_choice_take_the_cheaper_option_when_both_are_fully_priced():
+    keep, destroy = Bounds(D(10), D(12), False), Bounds(D(11), D(15), False)
+    # billing keeps the cheaper of two fully priced options: at most 12, at least 10
+    assert idle_bounds(keep, destroy) == Bounds(D(10), D(12), False)
+    assert idle_bounds(destroy, keep) == Bounds(D(10), D(12), False)
+    # with an unknown charge either may be kept (the fully priced one, even when dearer)
+    assert idle_bounds(keep, Bounds(D(11), D(15), True)) == Bounds(D(10), D(15), True)
+    assert idle_bounds(Bounds(D(10), D(12), True), destroy) == Bounds(D(10), D(15), True)
+
+
+def test_the_idle_bounds_hold_the_idle_choice_of_real_bills():
+    # keep vs destroy on real bills, with and without an unknown disk price while stopped
+    for stopped in (D("0.05"), None):
+        node = terms(on_demand=RentalPricing(D("2.10"), 60, 300, (Block("day", DAY, 24, D("40")),)),
+                     storage_gb_month=D("0.1"), stopped_storage_gb_month=stopped, egress_gb=D("0.05"),
+                     ingress_gb=D(0))
+        v = use(node, "v", "validate", "4", disk="60", imp="30", out="12", out_hours="0.5")
+        for hours, gap in product(("5", "30", "200"), ("12", "100")):
+            t = use(node, "t", "train", hours, disk="80", imp="30", out="20")
+            uses = {"v": v, "t": t}
+            keep = price_plan(Choice("v", "t", "stop"), uses, D(gap))
+            destroy = price_plan(Choice("v", "t", "destroy"), uses, D(gap))
+            vb, tb = use_bounds(v), use_bounds(t)
+            b = idle_bounds(lease_bounds(v, t, D(gap)), Bounds(vb.lo + tb.lo, vb.hi + tb.hi, vb.unknown or tb.unknown))
+            assert b.lo <= idle_choice(keep, destroy).total <= b.hi, (stopped, hours, gap)
+
+
+def test_a_plan_takes_the_bills_of_its_uses_alone_it_is_given(monkeypatch):
+    node = terms(on_demand=RentalPricing(D("2.10"), 60, 300), storage_gb_month=D("0.1"), egress_gb=D("0.05"))
+    v = use(node, "v", "validate", "4", disk="60", imp="30", out="12", out_hours="0.5")
+    t = use(node, "t", "train", "30", disk="80", out="20")
+    uses = {"v": v, "t": t}
+    destroy = price_plan(Choice("v", "t", "destroy"), uses, D(12))
+    given = {"v": billing.price_alone(v)}
+    priced = []
+    real = billing.price_alone
+    monkeypatch.setattr(billing, "price_alone", lambda u: priced.append(u.id) or real(u))
+    assert price_plan(Choice("v", "t", "destroy"), uses, D(12), given) == destroy
+    assert priced == ["t"]  # only the use whose bill was not given is priced
+    assert price_plan(Choice(None, "t", None), uses, D(0), {"t": real(t)}).total == real(t)[0].cost + \
+        real(t)[1].cost
+    assert priced == ["t"]
 
 
 def _brute_window(pricing: RentalPricing, seconds: int, window: int) -> Fraction | None:

@@ -307,7 +307,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("billing", "a stopped instance that bills in full charged only its disk over the gap",
       'return terms.stopped_bills == "everything"', "return False"),
     M("billing", "rough bounds not padded for line rounding",
-      "return Decimal(1).scaleb(unit) * LINE_ROUNDING  # type: ignore[arg-type]", "return Decimal(0)"),
+      "return Decimal(1).scaleb(unit) * lines  # type: ignore[arg-type]", "return Decimal(0)"),
 
     # --- providers/skypilot.py: the catalog parser ------------------------------------------------
     M("skypilot", "an empty on-demand price read as 0 instead of unknown",

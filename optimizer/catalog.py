@@ -182,6 +182,7 @@ class LazyRows:
 
     part: Any  # offer_table.Part
     resolve: Callable[[Sequence[int]], list[Offer]]  # rows of `part` -> their full offers, in that order
+    _where: dict[tuple[str, str], int] | None = field(default=None, init=False, repr=False, compare=False)  # key -> row
 
     @property
     def n(self) -> int:
@@ -219,7 +220,11 @@ class LazyRows:
         return _keys(self.part, self.n)
 
     def load(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Offer]:
-        where = {k: r for r, k in enumerate(self.keys())}
+        if not keys:  # a store's rows only: no index of these rows' keys is needed
+            return {}
+        if self._where is None:  # built once: every row's key, a few thousand of them
+            self._where = {k: r for r, k in enumerate(self.keys())}
+        where = self._where
         return {o.key: o for o in self.resolve([where[k] for k in dict.fromkeys(keys) if k in where])}
 
     def table(self) -> OfferTable:

@@ -109,6 +109,23 @@ def test_a_store_table_joined_with_other_offers_is_one_table_resolving_both(rent
     assert found.columns.keys() == [table.key(r) for r in range(table.n)]
 
 
+def test_the_other_sources_rows_are_indexed_by_key_once_and_only_when_asked_for(rentopt_home, monkeypatch):
+    """A store quote's resolver asks the other sources (the bundled snapshot) for their keys
+    among the rows it keeps, often none: no key index is built for none, and one is built once
+    for the calls that ask."""
+    with open_writable(store_path()) as s:
+        s.write_snapshot("alpha", [offer("a1")], fetched_at=T0)
+    others = load_offers(lazy=True).columns.others
+    listed = []
+    keys = type(others).keys
+    monkeypatch.setattr(type(others), "keys", lambda self: listed.append(1) or keys(self))
+    assert others.load([]) == {} and listed == []
+    bundled = bundled_snapshot().offers
+    first, last = bundled[0], bundled[-1]
+    assert others.load([last.key, ("nobody", "x"), first.key]) == {last.key: last, first.key: first}
+    assert others.load([first.key]) == {first.key: first} and listed == [1]
+
+
 def test_the_store_merges_extra_rows_with_their_own_terms_and_notes(tmp_path):
     """load_plan_part's `extra` rows come after the stored ones, their reserved terms and GPU
     notes moved with them, and a column they leave out takes the Offer default."""

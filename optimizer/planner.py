@@ -505,8 +505,7 @@ class _Planner:
         """The second pass: exact terms, hours and billing Uses for the kept candidates."""
         req, prep, work, t = self.req, self.prep, self.work, self.table
         rows = sorted({int(r) for r in tr.row[keep_t]} | ({int(r) for r in va.row[keep_v]} if va is not None else set()))
-        full = dict(zip(rows, t.offers(rows)))
-        terms: dict[int, Terms] = {}
+        full, terms = self._resolved(rows)
 
         def terms_of(r: int) -> Terms:
             if r not in terms:
@@ -570,6 +569,20 @@ class _Planner:
         same_price_ids = {full[r].key: list(take_strings(t.offer_id, self.ties.others(r))) for r in tied}
         return Planned(instance, candidates, self.rejected, work, prep, self.closest[1] if self.closest else None,
                        first, self.table, misses, same_price, same_price_ids)
+
+    def _resolved(self, rows: list[int]) -> tuple[dict[int, Offer], dict[int, Terms]]:
+        """The full offers of `rows` (and the rows' terms worked out so far): kept on the table
+        (`OfferTable._derived`) with the exchange rates and quote currency the terms are in, so
+        the passes of a report's jobs over one table resolve and price a row they share once.
+        A table resolves a row to the same offer every time; terms depend on the offer, the
+        rates and the currency alone."""
+        found = self.table._derived.get("resolved")
+        if found is None or found[0] is not self.fx or found[1] != self.req.currency:
+            found = self.table._derived["resolved"] = (self.fx, self.req.currency, {}, {})
+        full, terms = found[2], found[3]
+        missing = [r for r in rows if r not in full]
+        full.update(zip(missing, self.table.offers(missing)))
+        return full, terms
 
     def _instance(self, train: list[Candidate], validate: list[Candidate]) -> PlanInstance:
         """The solver's instance of the exact candidates, each training run tied to the validation key it needs."""

@@ -5,6 +5,7 @@ is the one worked out afresh."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import numpy as np
@@ -118,3 +119,27 @@ def test_a_shapes_split_by_provider_and_kind_is_kept_with_the_shapes_and_is_the_
     spot, got = validation_columns("7b", spot=True)
     assert spot._splits is on_demand._splits and {k[1] for k in spot._splits} == {(0,), (0, 1)}
     assert got == validation_columns("7b", spot=True, fresh_splits=True)[1]
+
+
+def test_a_tables_full_offers_and_terms_are_resolved_once_for_the_passes_that_share_the_rates():
+    from rentopt.optimizer.billing import offer_terms
+
+    offers = [o for p in bundled_snapshot().providers for o in p.offers]
+    asked: list[list[int]] = []
+    table = OfferTable.from_offers(offers)
+    resolve = table.resolve
+    table.resolve = lambda rows: asked.append(list(rows)) or resolve(rows)
+    full, terms = planner(table)._resolved([3, 1, 4])
+    assert asked == [[3, 1, 4]] and {r: o.key for r, o in full.items()} == {r: offers[r].key for r in (3, 1, 4)}
+    terms[1] = offer_terms(full[1], FX, "USD")
+    # another pass over the table, the same rates and currency: only the new row is read, the
+    # terms worked out so far are there
+    full2, terms2 = planner(table)._resolved([1, 5, 3])
+    assert asked == [[3, 1, 4], [5]] and full2[5].key == offers[5].key and full2[1] is full[1] and terms2[1] is terms[1]
+    # another quote currency, or other rates (another FxTable): terms afresh, offers read again
+    eur = planner(table)
+    eur.req = replace(eur.req, currency="EUR")
+    assert eur._resolved([1])[1] == {} and asked[-1] == [1]
+    assert planner(table)._resolved([1])[1] == {}  # the kept entry is EUR's now: USD's afresh
+    other = _Planner(planner(table).req, table, FxTable.load(), per_provider=True)._resolved([1])
+    assert asked[-1] == [1] and other[1] == {} and len(asked) == 5

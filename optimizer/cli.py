@@ -1145,18 +1145,22 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
     --gpu and --min-gpu-memory narrow every section to those GPUs; providers with no such offer
     drop out and the header says so. No offer left: exit status 2.
     """
-    from rentopt.optimizer.currency import check_quote_currency, parse_fx_option
-    from rentopt.optimizer.report import (
-        ReportRequest,
-        build_report,
-        format_for,
-        parse_since,
-        parse_workload,
-        read_gpus,
-        render,
-        write_report,
-    )
-    from rentopt.optimizer.catalog import load_fx
+    import gc
+
+    with loading_modules():
+        from rentopt.optimizer.catalog import load_fx
+        from rentopt.optimizer.currency import check_quote_currency, parse_fx_option
+        from rentopt.optimizer.gc_pause import gc_paused
+        from rentopt.optimizer.report import (
+            ReportRequest,
+            build_report,
+            format_for,
+            parse_since,
+            parse_workload,
+            read_gpus,
+            render,
+            write_report,
+        )
 
     gpus, gpu_notes = read_gpus(gpu_names)
     request = ReportRequest(since=parse_since(since), since_text=since.strip(), currency=_currency(currency),
@@ -1166,7 +1170,16 @@ def report_command(fmt: str | None, output: Path | None, since: str, currency: s
     fmt = format_for(output, fmt)  # a bad -o suffix fails before any work
     check_quote_currency(request.currency)
     fx = load_fx(overrides=dict(parse_fx_option(x) for x in fx_overrides))
-    text = render(build_report(request, fx), fmt)
+    # The collector paused while the report is built and rendered, as for a quote's planning
+    # (gc_pause.py): it reads a store's offers and history and plans every reference job over
+    # them, hundreds of thousands of objects, and the cycles among them (~17k objects over a
+    # 100k-offer store) are not worth the rescans (~0.1 s of CPU). Frozen after, as
+    # `loading_modules` freezes the imports: the next allocation would otherwise scan
+    # everything the report allocated.
+    with gc_paused():
+        text = render(build_report(request, fx), fmt)
+        if _one_command_process:
+            gc.freeze()
     if output is None:
         click.echo(text, nl=False)
     else:

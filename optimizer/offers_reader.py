@@ -378,6 +378,19 @@ class _ArrowCells:
             column = column.chunk(0)
         return _numbers(column.indices), column.dictionary.to_pylist()
 
+    def plain_numbers(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Of the distinct cells of column j (coded by `distinct`), those that are plain decimals
+        (_PLAIN_DECIMAL) and their floats, by Arrow's pattern match and parser over all of them
+        at once: ~1.4 us a cell less than Decimal and float one by one (~12k price cells at
+        100k lines)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        values = self.table.column(j).chunk(0).dictionary
+        rows = pc.indices_nonzero(pc.match_substring_regex(values, _PLAIN_DECIMAL))
+        floats = pc.cast(values.take(rows), pa.float64())
+        return _numbers(rows), np.frombuffer(floats.buffers()[1], dtype=np.float64)[floats.offset:floats.offset + len(floats)]
+
     @staticmethod
     def release() -> None:
         """Hand the memory of the freed text columns back to the system, all at once: done after
@@ -457,6 +470,12 @@ class _ArrowCells:
     def row(self, i: int) -> list[str]:
         return [self.table.column(j)[i].as_py() for j in range(self.table.num_columns)]
 
+
+# A cell of digits with at most one point between them: no sign, exponent, white space or
+# underscore, which Decimal reads and Arrow's parser may not. Arrow's parser (fast_float) rounds
+# correctly, as float(Decimal(cell)) does, so both give the same float; with at most 20 digits on
+# either side no such cell rounds to 0 or overflows, and it is 0 exactly when all its digits are.
+_PLAIN_DECIMAL = r"^[0-9]{1,20}(\.[0-9]{1,20})?$"
 
 # row_check._CONTROL in RE2's syntax (a superset is fine: Python's pattern decides)
 _CONTROL_RE2 = r"[\x00-\x1f\x7f-\x{9f}\x{200b}-\x{200f}\x{2028}-\x{202e}\x{2060}-\x{2069}\x{feff}]"
@@ -590,14 +609,24 @@ class _Reader:
         n = len(numbers)
         ok = np.ones(n, dtype=bool)
 
-        def mapped(name: str, fn: Callable[[str], Any], *, default: Any = None) -> tuple[np.ndarray, list]:
-            """Codes and per-distinct results of a column (results _BAD mark the line)."""
+        def mapped(name: str, fn: Callable[[str], Any], *, default: Any = None,
+                   amounts: bool | None = None) -> tuple[np.ndarray, list]:
+            """Codes and per-distinct results of a column (results _BAD mark the line). `amounts`:
+            `fn` is _number with no limit and positive=amounts; the plain decimal cells are then
+            read by Arrow at once (`_ArrowCells.plain_numbers`), the others by `fn`."""
             if name not in self.column:
                 self.texts[name] = [""]
                 return np.zeros(n, dtype=np.int32), [fn("") if default is None else default]
             codes, distinct = cells.distinct(self.column[name])
             self.texts[name] = distinct
-            results = [self._cached(name, v, fn) for v in distinct]
+            if amounts is None:
+                results = [self._cached(name, v, fn) for v in distinct]
+            else:
+                results = [_MISSING] * len(distinct)
+                rows, floats = cells.plain_numbers(self.column[name])
+                for i, number in zip(rows.tolist(), floats.tolist()):
+                    results[i] = _BAD if amounts and not number else number  # 0 is no price
+                results = [self._cached(name, v, fn) if r is _MISSING else r for v, r in zip(distinct, results)]
             bad = np.array([r is _BAD for r in results], dtype=bool)
             if bad.any():  # most columns have no bad cell: no gather over every line
                 ok[bad[codes]] = False
@@ -629,8 +658,9 @@ class _Reader:
         smax_c, smax = mapped("stopped_max_days", lambda v: _number(v, positive=True, limit="stopped_max_days"))
         disk_c, disks = mapped("free_disk_gb", _free_disk)
         when_c, whens = mapped("fetched_at", _timestamp)
-        prices = {c: mapped(c, lambda v: _number(v, positive=True)) for c in PRICE_COLUMNS}
-        others = {c: mapped(c, lambda v: _number(v, positive=False)) for c in ("storage_gb_month", "egress_gb", "ingress_gb")}
+        prices = {c: mapped(c, lambda v: _number(v, positive=True), amounts=True) for c in PRICE_COLUMNS}
+        others = {c: mapped(c, lambda v: _number(v, positive=False), amounts=False)
+                  for c in ("storage_gb_month", "egress_gb", "ingress_gb")}
         cells.release()  # every column but the ids coded: the text's memory goes before the columns below are built
 
         # the GPU, per distinct (spelling, memory, form factor, interconnect)

@@ -4,6 +4,7 @@ reference here, and its own tests pin its behaviour by hand-worked values)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -476,3 +477,48 @@ def test_many_short_ids_sharing_hashes_are_told_apart_by_their_bytes():
     ids = [f"s{i:x}-{(i * 7919) % 100003}" for i in range(300_000)]
     assert _short_texts_distinct(pa.array(ids, type=pa.string())) is True
     assert _short_texts_distinct(pa.array(ids + [ids[123_456]], type=pa.string())) is False
+
+
+AMOUNT_CELLS = st.one_of(
+    st.from_regex(r"[0-9]{1,22}(\.[0-9]{0,22})?", fullmatch=True),  # plain, some too long for Arrow's path
+    st.decimals(allow_nan=False, allow_infinity=False).map(str),  # signs, exponents (1E+5, -0.5)
+    st.sampled_from(["0", "0.000", "00.10", "1.", ".5", " 1.5", "1.5 ", "1_000", "+2", "1e3", "", "x", "nan",
+                     "\u0661.5", "2.675", "0.1", "9007199254740993", "1.0000000000000002", "9" * 20 + "." + "9" * 20]),
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(AMOUNT_CELLS, max_size=40), st.booleans())
+def test_plain_decimal_cells_are_read_by_arrow_as_number_reads_them(cells, positive):
+    """_ArrowCells.plain_numbers against _number (Decimal, then float), cell by cell: the cells
+    it reads give _number's float (a 0 is no price where a price must be positive), and it
+    leaves to _number every cell that is not plain (signs, exponents, spaces, underscores,
+    other digits, over 20 digits a side), whatever _number makes of it."""
+    import pyarrow as pa
+
+    from rentopt.optimizer import offers_reader as reader
+
+    column = pa.array(cells + ["1"], type=pa.string())  # one cell at least
+    arrow = reader._ArrowCells(pa.table({"c0": column}), np.arange(len(cells) + 1), [])
+    _, distinct = arrow.distinct(0)
+    rows, floats = arrow.plain_numbers(0)
+    for row, number in zip(rows.tolist(), floats.tolist()):
+        cell = distinct[row]
+        assert re.fullmatch(r"[0-9]{1,20}(\.[0-9]{1,20})?", cell), cell
+        want = reader._number(cell, positive=positive)
+        assert (want is reader._BAD) if positive and number == 0 else (number == want), cell
+    assert all(not re.fullmatch(r"[0-9]{1,20}(\.[0-9]{1,20})?", c) for i, c in enumerate(distinct)
+               if i not in set(rows.tolist()))
+
+
+def test_prices_read_by_arrow_or_one_by_one_give_the_line_readers_offers(tmp_path):
+    """Plain and other price cells in one column (an exponent, a sign, spaces, a 0 that is no
+    price, a storage price of 0 that is free): the same offers and errors as offers_io."""
+    lines = ["alpha,p1,RTX 4090,1,0.35,,,,USD,0,0,0,,eu,no,",
+             "alpha,p2,RTX 4090,1,3.5E-1,,,,USD,0.10,,,,eu,no,",
+             "alpha,p3,RTX 4090,1, 0.36,,,,USD,+0.10,,,,eu,no,",
+             "alpha,p4,RTX 4090,1,0.350,,,,USD,0.100,,,,eu,no,",
+             "alpha,p5,RTX 4090,1,1.5,36.00,,,USD,0_1.0,,,,eu,no,"]
+    check_same(write(tmp_path, HEADER + "\n".join(lines) + "\n"))
+    assert_same_error(write(tmp_path, HEADER + "\n".join(lines) + "\nalpha,p6,RTX 4090,1,0.00,,,,USD,,,,,eu,no,\n",
+                            "zero.csv"))

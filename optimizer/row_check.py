@@ -171,7 +171,7 @@ class RowCheck:
                 return "currency", str(exc)
             if problem:
                 return f"price_options.{i}.amount", problem
-        if problem := self.bands.offer_problem(offer):
+        if problem := self.bands.storage_problem(offer):  # the GPU-hour prices are checked above
             field, _, message = problem.partition(": ")
             return (field, message) if message else ("currency", problem)
         if problem := self.date_problem(offer.fetched_at):

@@ -152,6 +152,14 @@ class PriceBands:
             for option in offer.price_options:
                 if problem := self.gpu_hour_problem(option, offer.gpus, offer.month_hours, offer.currency):
                     return problem
+        except UnknownCurrency as exc:
+            return str(exc)
+        return self.storage_problem(offer)
+
+    def storage_problem(self, offer: Offer) -> str | None:
+        """`offer_problem` for the storage and transfer prices alone, in its words (for a caller
+        that has checked the GPU-hour prices itself)."""
+        try:
             for name in ("storage_gb_month", "storage_stopped_gb_month"):
                 value = getattr(offer, name)
                 if value is not None and (problem := self.problem("storage_gb_month", value, offer.currency)):

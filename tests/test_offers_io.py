@@ -276,3 +276,24 @@ def test_table_rows_show_price_currency_and_age():
                             T0 + timedelta(hours=5))
     assert rows[0][2:] == ["A100-SXM4-80GB", "4", "80", "unknown", "", "no", "7.20", "USD", "5h"]
     assert rows[1][2] == "Zephyr X9 (?)" and rows[1][-2] == "CNY"
+
+
+def test_json_band_errors_name_the_first_offer_and_its_first_bad_price():
+    """The door's bands, offer by offer and within an offer GPU-hour prices before storage
+    (worked by hand: 800000 USD a 730-hour month for 4 GPUs is 273.9726 USD per GPU-hour; the
+    storage band is 0-5 USD per GB-month)."""
+    import json
+
+    good = offer("a").model_dump(mode="json")
+    storage = offer("b", storage_gb_month=Decimal("9")).model_dump(mode="json")
+    both = offer("c", storage_gb_month=Decimal("9"),
+                 options=[hour("7.20"), PriceOption(unit=PriceUnit.MONTH, amount=Decimal("800000"))]).model_dump(mode="json")
+    with pytest.raises(OffersFileError) as caught:
+        parse_offers_json(json.dumps([good, storage, both]), "offers.json")
+    assert str(caught.value) == ("offers.json line 1: offer 2, field storage_gb_month: 9 USD per GB-month of storage "
+                                 "is above the sane range 0-5 USD")
+    with pytest.raises(OffersFileError) as caught:
+        parse_offers_json(json.dumps([good, both, storage]), "offers.json")
+    assert str(caught.value) == ("offers.json line 1: offer 2, field price_options.1.amount: month price 800000 USD = "
+                                 "273.9726 USD per GPU-hour is above the sane range 0.001-200 USD")
+    assert parse_offers_json(json.dumps([good]), "offers.json")[0].offer_id == "a"

@@ -144,11 +144,9 @@ def parse_offers_json(data: bytes | str, name: str = "offers file") -> list[Offe
             raise OffersFileError(f"{name}: expected a JSON list of offers ({msg})") from None
         where = ".".join(str(p) for p in loc[1:]) or "the offer"
         raise OffersFileError(f"{_json_where(data, name, loc[0])}, field {where}: {msg}") from None
-    door = RowCheck(bands=PriceBands())  # one for the file: rates loaded, provider names checked, once each
-    for index, o in enumerate(offers):
-        if problem := door.problem(o):
-            field, message = problem
-            raise OffersFileError(f"{_json_where(data, name, index)}, field {field}: {message}")
+    if found := RowCheck(bands=PriceBands()).first_problem(offers):
+        index, (field, message) = found
+        raise OffersFileError(f"{_json_where(data, name, index)}, field {field}: {message}")
     return offers
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Callable, Hashable, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 
@@ -176,6 +177,70 @@ class RowCheck:
             return (field, message) if message else ("currency", problem)
         if problem := self.date_problem(offer.fetched_at):
             return "fetched_at", problem
+        return None
+
+    def first_problem(self, offers: Sequence[Offer]) -> tuple[int, tuple[str, str]] | None:
+        """(index, `problem`'s answer) of the first of `offers` that breaks a rule, else None:
+        what asking `problem` of each in turn gives, in fewer steps for a file's many offers.
+
+        Each rule is first asked once per distinct input it reads (a provider name, a text, a
+        GPU id, a price with the count, month and currency it is divided by, the storage and
+        transfer prices with their currency, a date), and the number limits are compared per
+        field; an offer one of them flags (or whose input raised) is a suspect. `problem` itself
+        is then asked of the suspects in order: every offer it refuses is a suspect, so the first
+        it refuses is the first of all."""
+        suspects: set[int] = set()
+
+        def flag(keys: Sequence[Hashable], bad: Callable[[int], bool]) -> None:
+            """Flag the offers whose key's verdict is bad (`bad(i)` of the first offer with it)."""
+            verdicts: dict[Hashable, bool] = {}
+            for i, key in enumerate(keys):
+                try:
+                    verdict = verdicts.get(key)
+                except TypeError:  # unhashable (a signalling NaN): asked of `problem` itself
+                    verdict = True
+                if verdict is None:
+                    try:
+                        verdict = bad(i)
+                    except Exception:  # noqa: BLE001 - `problem` raises it again, in its turn
+                        verdict = True
+                    verdicts[key] = verdict
+                if verdict:
+                    suspects.add(i)
+
+        flag([o.provider for o in offers],
+             lambda i: self._names.setdefault(offers[i].provider, provider_name_problem(offers[i].provider)) is not None)
+        for field, pattern in TEXT_FIELDS.items():
+            flag([getattr(o, field) for o in offers],
+                 lambda i, f=field, p=pattern: control_problem(f, getattr(offers[i], f), p) is not None)
+        flag([o.gpu for o in offers], lambda i: not known_gpu(offers[i].gpu))
+        for field, (low, high) in OFFER_LIMITS.items():  # NaN and infinities fail the comparison too
+            suspects.update(i for i, o in enumerate(offers)
+                            if (value := getattr(o, field)) is not None and not low <= value <= high)
+        options = [(i, option) for i, o in enumerate(offers) for option in o.price_options]
+        verdicts: dict[Hashable, bool] = {}
+        for i, option in options:
+            o = offers[i]
+            key = (option.unit, option.amount, option.term_hours, o.gpus, o.month_hours, o.currency)
+            try:
+                verdict = verdicts.get(key)
+            except TypeError:  # unhashable (a signalling NaN): asked of `problem` itself
+                verdict = True
+            if verdict is None:
+                try:
+                    verdict = (option.term_hours is not None and option.term_hours > MAX_TERM_HOURS) or \
+                        self.bands.gpu_hour_problem(option, o.gpus, o.month_hours, o.currency) is not None
+                except Exception:  # noqa: BLE001 - an unknown currency: `problem` says so
+                    verdict = True
+                verdicts[key] = verdict
+            if verdict:
+                suspects.add(i)
+        flag([(o.storage_gb_month, o.storage_stopped_gb_month, o.egress_gb, o.ingress_gb, o.currency) for o in offers],
+             lambda i: self.bands.storage_problem(offers[i]) is not None)
+        flag([o.fetched_at for o in offers], lambda i: self.date_problem(offers[i].fetched_at) is not None)
+        for i in sorted(suspects):
+            if found := self.problem(offers[i]):
+                return i, found
         return None
 
     def reason(self, offer: Offer) -> str | None:

@@ -90,6 +90,19 @@ def test_the_cli_turns_numpys_huge_pages_off_before_numpy_is_imported_unless_the
                                   "(0: huge pages off, 1: on)")
 
 
+def test_the_cli_starts_no_blas_threads_unless_the_user_asks_for_them():
+    """NumPy's OpenBLAS reads OPENBLAS_NUM_THREADS when numpy is imported and starts a worker
+    thread per further core; main() asks for one thread before numpy is imported, so the process
+    runs no thread but its own (on a machine of one core there are none to start either way),
+    and keeps a value the user gave."""
+    import os
+
+    report = "repr(os.environ.get('OPENBLAS_NUM_THREADS')), (__import__('numpy'), len(os.listdir('/proc/self/task')))[1]"
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    assert _main_in_a_fresh_process([], report, env)[-2:] == ["'1'", "1"]
+    assert _main_in_a_fresh_process([], report, {**env, "OPENBLAS_NUM_THREADS": "2"})[-2] == "'2'"
+
+
 def test_the_cli_looks_for_no_pydantic_plugins_unless_the_user_set_the_switch():
     """pydantic looks for plugins by reading every installed distribution's entry points when it
     builds its first model; rentopt uses none, so main() turns the search off before a model is

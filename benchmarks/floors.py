@@ -43,8 +43,15 @@ def loaded_libraries(args: list[str], env: dict[str, str]) -> list[str]:
 
 
 def floor_argv(modules: list[str]) -> list[str]:
-    """The floor's command line: a fresh interpreter importing `modules`."""
-    return [sys.executable, "-c", "import " + ", ".join(modules) if modules else "pass"]
+    """The floor's command line: a fresh interpreter importing `modules`, under the settings the
+    rentopt command makes for its own process before it loads them (cli.OWN_PROCESS_SETTINGS,
+    e.g. OpenBLAS with one thread: with its default pool, `import numpy` alone spends ~0.07 s
+    more CPU on a second core, which would count against the floor and flatter the command)."""
+    from rentopt.optimizer.cli import OWN_PROCESS_SETTINGS
+
+    settings = "; ".join(f"os.environ.setdefault({k!r}, {v!r})" for k, v in OWN_PROCESS_SETTINGS.items())
+    imports = "; import " + ", ".join(modules) if modules else ""
+    return [sys.executable, "-c", f"import os; {settings}{imports}"]
 
 
 def describe(modules: list[str]) -> str:

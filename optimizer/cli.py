@@ -1265,6 +1265,10 @@ PYDANTIC_PLUGINS_SETTING = "PYDANTIC_DISABLE_PLUGINS"
 # asks OpenBLAS for one thread, its own (OPENBLAS_NUM_THREADS, read when OpenBLAS is loaded:
 # github.com/OpenMathLib/OpenBLAS, "Setting the number of threads"); a value the user set wins.
 BLAS_THREADS_SETTING = "OPENBLAS_NUM_THREADS"
+# What main() sets for its own process, each before the library that reads it is loaded (this
+# module imports neither numpy nor pydantic at its top); a value the user set wins. The import
+# floor of the benchmarks (benchmarks/floors.py) loads its libraries under the same settings.
+OWN_PROCESS_SETTINGS = {HUGEPAGE_SETTING: "0", PYDANTIC_PLUGINS_SETTING: "__all__", BLAS_THREADS_SETTING: "1"}
 
 
 def _one_command() -> None:
@@ -1291,9 +1295,8 @@ def _one_command() -> None:
 
 
 def main() -> None:
-    os.environ.setdefault(HUGEPAGE_SETTING, "0")  # before numpy's import (this module never imports it)
-    os.environ.setdefault(PYDANTIC_PLUGINS_SETTING, "__all__")  # before the first model is built
-    os.environ.setdefault(BLAS_THREADS_SETTING, "1")  # before numpy's import, as HUGEPAGE_SETTING
+    for name, value in OWN_PROCESS_SETTINGS.items():
+        os.environ.setdefault(name, value)
     _one_command()
     out_of_memory = False
     # Settings are read (and logging configured) by the group, after click has answered

@@ -154,10 +154,6 @@ def _cells(listing: Listing, name: str, text: Callable[[Any], str]) -> Piece:
     return _coded(*listing.cells[name], text)
 
 
-def _prefixed(prefix: str, piece: Piece) -> Piece:
-    return lambda rows: [prefix + t for t in piece(rows)]
-
-
 def _constant(text: str) -> Piece:
     return lambda rows: repeat(text, len(rows))  # type: ignore[return-value]
 
@@ -222,7 +218,8 @@ def _json_pieces(listed: ListedRows) -> list[Piece]:
     for position, name in enumerate(Offer.model_fields):
         key = f'{"," if position else ""}{_DEPTH}"{name}": '
         if name in varying:
-            pieces.append(_prefixed(text + key, varying[name]))
+            # the constant text as a piece of its own: the row's join copies it, no string per cell
+            pieces += [_constant(text + key), varying[name]]
             text = ""
         else:
             default = Offer.model_fields[name].get_default(call_default_factory=True)

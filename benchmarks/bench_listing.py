@@ -9,8 +9,11 @@ Issue 25's target: `offers --offers-file` over 100,000 rows at most 2x a quote o
 --format json/csv list every row, written from the file's columns (optimizer/offers_writer.py):
 their time grows with the text written (about 1.2 KB of JSON, 150 bytes of CSV per row).
 --store also writes a store of each size (bench_scale.fill_store: minutes at 1M) and times a
-quote from it. Timing as bench_scale.py's `timed` (best and median of --repeat runs after one
-untimed warm-up; peak RSS from os.wait4).
+quote from it and `rentopt report` over it (the same issue's target: at most 2x the quote of
+the same store). Timing as bench_scale.py's `timed` (best and median of --repeat runs after one
+untimed warm-up; peak RSS from os.wait4). "x quote" is the median over runs each paired with a
+run of the quote of the same data just before it (on a VM whose speed drifts, a quote timed
+minutes earlier says little).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         home = folder / "empty-home"
         home.mkdir(exist_ok=True)
-        print(f"{'offers':>9} {'command':<44} {'best s':>7} {'median s':>8} {'peak MB':>8}")
+        print(f"{'offers':>9} {'command':<44} {'best s':>7} {'median s':>8} {'peak MB':>8} {'x quote':>8}")
         for n in (int(x) for x in args.sizes.split(",")):
             path = folder / f"offers-{args.shape}-{n}.csv"
             if not path.exists():
@@ -59,23 +62,28 @@ def main() -> None:
                 "offers --offers-file --format json": [*RENTOPT, "offers", "--offers-file", str(path), "--format", "json"],
             }
             run_env = {**env, "RENTOPT_HOME": str(home)}
+            file_quote = runs["quote --offers-file"]
             for label, argv in runs.items():
-                report(n, label, bench_scale.timed(argv, run_env, args.repeat, args.timeout))
+                paired_with = None if argv is file_quote else file_quote
+                report(n, label, bench_scale.timed(argv, run_env, args.repeat, args.timeout, floor=paired_with))
             if args.store:
                 store_home = folder / f"store-{n}"
                 if not (store_home / "prices.sqlite").exists():
                     print(f"          (store of {n:,} offers written in {bench_scale.fill_store(store_home, n):.1f} s)")
-                report(n, "quote (from the store)", bench_scale.timed([*RENTOPT, "quote", *bench_scale.JOB],
-                                                                      {**env, "RENTOPT_HOME": str(store_home)},
-                                                                      args.repeat, args.timeout))
+                store_env = {**env, "RENTOPT_HOME": str(store_home)}
+                store_quote = [*RENTOPT, "quote", *bench_scale.JOB]
+                report(n, "quote (from the store)", bench_scale.timed(store_quote, store_env, args.repeat, args.timeout))
+                report(n, "report (from the store, markdown)",
+                       bench_scale.timed([*RENTOPT, "report"], store_env, args.repeat, args.timeout, floor=store_quote))
 
 
 def report(n: int, label: str, result: tuple) -> None:
-    best, median, rss, _ = result
+    best, median, rss, x_quote = result
     if best == float("inf"):
         print(f"{n:>9,} {label:<44} over the time limit")
     else:
-        print(f"{n:>9,} {label:<44} {best:>7.2f} {median:>8.2f} {rss / 1024:>8.0f}")
+        paired = f"{x_quote:>8.2f}" if x_quote else f"{'':>8}"
+        print(f"{n:>9,} {label:<44} {best:>7.2f} {median:>8.2f} {rss / 1024:>8.0f} {paired}")
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def main() -> None:
 
 
 def report(n: int, label: str, result: tuple) -> None:
-    best, median, rss, x_quote = result
+    best, median, rss, x_quote, _ = result
     if best == float("inf"):
         print(f"{n:>9,} {label:<44} over the time limit")
     else:

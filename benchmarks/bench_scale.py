@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -86,8 +87,8 @@ def phases(path: str, env: dict[str, str]) -> str:
     return f"imports {imports} s, offers read into a table {read} s ({n} rows), plan {plan} s, solve {solve} s"
 
 
-def run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS in KB, exit status) of one child process."""
+def run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[float, int, int, float]:
+    """(wall seconds, peak RSS in KB, exit status, CPU seconds: user + system) of one child process."""
     with tempfile.TemporaryFile() as err:  # not a pipe: a chatty child must never block on a full one
         start = time.perf_counter()
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -99,7 +100,7 @@ def run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[float, in
             if time.perf_counter() > deadline:
                 proc.kill()
                 pid, status, usage = os.wait4(proc.pid, 0)
-                return float("inf"), usage.ru_maxrss, -9
+                return float("inf"), usage.ru_maxrss, -9, float("inf")
             time.sleep(0.002)
         wall = time.perf_counter() - start
         code = os.waitstatus_to_exitcode(status)
@@ -107,15 +108,23 @@ def run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[float, in
             err.seek(0)
             raise SystemExit(f"{' '.join(argv[-8:])} failed ({code}): "
                              f"{err.read().decode(errors='replace').strip()[-500:]}")
-    return wall, usage.ru_maxrss, code
+    return wall, usage.ru_maxrss, code, usage.ru_utime + usage.ru_stime
+
+
+class Timing(NamedTuple):
+    best: float  # wall seconds
+    median: float  # wall seconds
+    peak_kb: int
+    paired: float | None  # median of the runs' wall ratios to the floor run just before each
+    cpu: float  # median CPU seconds (user + system): what a loaded or drifting machine disturbs least
 
 
 def timed(argv: list[str], env: dict[str, str], repeat: int, timeout: float,
-          floor: list[str] | None = None) -> tuple[float, float, int, float | None]:
-    """(best wall, median wall, peak RSS, median ratio to the floor). With `floor`, each run is
-    paired with a run of the floor just before it and the ratio is the median of the pairs'
-    ratios: on a shared VM whose speed drifts by 20-50 % over minutes, a floor timed minutes
-    earlier says little about this size's ratio."""
+          floor: list[str] | None = None) -> Timing:
+    """Best and median wall, peak RSS, median CPU and, with `floor`, the median ratio to the
+    floor: each run is paired with a run of the floor just before it and the ratio is the median
+    of the pairs' ratios (on a shared VM whose speed drifts by 20-50 % over minutes, a floor
+    timed minutes earlier says little about this size's ratio)."""
     run(argv, env, timeout)  # warm the page cache and the .pyc files
     results, ratios = [], []
     for _ in range(repeat):
@@ -123,9 +132,9 @@ def timed(argv: list[str], env: dict[str, str], repeat: int, timeout: float,
         results.append(run(argv, env, timeout))
         if base:
             ratios.append(results[-1][0] / base)
-    walls = [w for w, _, _ in results]
-    return min(walls), statistics.median(walls), max(r for _, r, _ in results), \
-        statistics.median(ratios) if ratios else None
+    walls = [w for w, _, _, _ in results]
+    return Timing(min(walls), statistics.median(walls), max(r for _, r, _, _ in results),
+                  statistics.median(ratios) if ratios else None, statistics.median(c for *_, c in results))
 
 
 def _has_polars() -> bool:
@@ -195,13 +204,13 @@ def main() -> None:
                     argv = quote
                 if source not in floors:  # the libraries this source's quote loads, found by running one
                     modules = loaded_libraries(argv[3:], run_env)
-                    f_best, f_median, f_rss, _ = timed(floor_argv(modules), env, max(args.repeat, 5), 60)
+                    f_best, f_median, f_rss, _, _ = timed(floor_argv(modules), env, max(args.repeat, 5), 60)
                     print(f"          import floor of {source} quotes (python + {describe(modules)}): "
                           f"best {f_best:.3f} s, median {f_median:.3f} s, {f_rss / 1024:.0f} MB")
                     floors[source] = (floor_argv(modules), f_best)
                 floor, floor_best = floors[source]
                 repeat = args.repeat if n < 1_000_000 else max(1, args.repeat // 2)
-                best, median, rss, paired = timed(argv, run_env, repeat, args.timeout, floor)
+                best, median, rss, paired, cpu = timed(argv, run_env, repeat, args.timeout, floor)
                 if best == float("inf"):
                     print(f"{n:>9,} {source:<6} over the {args.timeout:.0f} s limit")
                     continue
@@ -210,8 +219,9 @@ def main() -> None:
                 print(f"          {phases(str(path) if source == 'csv' else '', run_env)}")
                 if source == "csv" and _has_polars():
                     lib = timed([sys.executable, "-c", POLARS, str(path)], env, repeat, args.timeout)
-                    print(f"          polars read+argmin: best {lib[0]:.3f} s, {lib[2] / 1024:.0f} MB; "
-                          f"quote / polars {best / lib[0]:.2f}x")
+                    print(f"          polars read+argmin: best {lib.best:.3f} s, CPU {lib.cpu:.3f} s, "
+                          f"{lib.peak_kb / 1024:.0f} MB; quote / polars: wall {best / lib.best:.2f}x, "
+                          f"CPU {cpu / lib.cpu:.2f}x (quote CPU {cpu:.3f} s, medians)")
 
 
 if __name__ == "__main__":

@@ -191,8 +191,9 @@ class RowCheck:
         it refuses is the first of all."""
         suspects: set[int] = set()
 
-        def flag(keys: Sequence[Hashable], bad: Callable[[int], bool]) -> None:
-            """Flag the offers whose key's verdict is bad (`bad(i)` of the first offer with it)."""
+        def flag(keys: Sequence[Hashable], bad: Callable[[int], bool], owners: Sequence[int] | None = None) -> None:
+            """Flag the offers whose key's verdict is bad (`bad(i)` of the first item with it); an
+            item is an offer, or with `owners` a part of the offer `owners[i]`."""
             verdicts: dict[Hashable, bool] = {}
             for i, key in enumerate(keys):
                 try:
@@ -206,7 +207,7 @@ class RowCheck:
                         verdict = True
                     verdicts[key] = verdict
                 if verdict:
-                    suspects.add(i)
+                    suspects.add(i if owners is None else owners[i])
 
         flag([o.provider for o in offers],
              lambda i: self._names.setdefault(offers[i].provider, provider_name_problem(offers[i].provider)) is not None)
@@ -217,24 +218,15 @@ class RowCheck:
         for field, (low, high) in OFFER_LIMITS.items():  # NaN and infinities fail the comparison too
             suspects.update(i for i, o in enumerate(offers)
                             if (value := getattr(o, field)) is not None and not low <= value <= high)
-        options = [(i, option) for i, o in enumerate(offers) for option in o.price_options]
-        verdicts: dict[Hashable, bool] = {}
-        for i, option in options:
-            o = offers[i]
-            key = (option.unit, option.amount, option.term_hours, o.gpus, o.month_hours, o.currency)
-            try:
-                verdict = verdicts.get(key)
-            except TypeError:  # unhashable (a signalling NaN): asked of `problem` itself
-                verdict = True
-            if verdict is None:
-                try:
-                    verdict = (option.term_hours is not None and option.term_hours > MAX_TERM_HOURS) or \
-                        self.bands.gpu_hour_problem(option, o.gpus, o.month_hours, o.currency) is not None
-                except Exception:  # noqa: BLE001 - an unknown currency: `problem` says so
-                    verdict = True
-                verdicts[key] = verdict
-            if verdict:
-                suspects.add(i)
+        options = [(o, option) for o in offers for option in o.price_options]
+
+        def bad_option(j: int) -> bool:  # an unknown currency raises: `problem` says so
+            o, option = options[j]
+            return (option.term_hours is not None and option.term_hours > MAX_TERM_HOURS) or \
+                self.bands.gpu_hour_problem(option, o.gpus, o.month_hours, o.currency) is not None
+
+        flag([(option.unit, option.amount, option.term_hours, o.gpus, o.month_hours, o.currency) for o, option in options],
+             bad_option, owners=[i for i, o in enumerate(offers) for _ in o.price_options])
         flag([(o.storage_gb_month, o.storage_stopped_gb_month, o.egress_gb, o.ingress_gb, o.currency) for o in offers],
              lambda i: self.bands.storage_problem(offers[i]) is not None)
         flag([o.fetched_at for o in offers], lambda i: self.date_problem(offers[i].fetched_at) is not None)

@@ -218,15 +218,16 @@ class RowCheck:
         for field, (low, high) in OFFER_LIMITS.items():  # NaN and infinities fail the comparison too
             suspects.update(i for i, o in enumerate(offers)
                             if (value := getattr(o, field)) is not None and not low <= value <= high)
-        options = [(o, option) for o in offers for option in o.price_options]
+        options = [(i, option) for i, o in enumerate(offers) for option in o.price_options]
 
         def bad_option(j: int) -> bool:  # an unknown currency raises: `problem` says so
-            o, option = options[j]
+            i, option = options[j]
+            o = offers[i]
             return (option.term_hours is not None and option.term_hours > MAX_TERM_HOURS) or \
                 self.bands.gpu_hour_problem(option, o.gpus, o.month_hours, o.currency) is not None
 
-        flag([(option.unit, option.amount, option.term_hours, o.gpus, o.month_hours, o.currency) for o, option in options],
-             bad_option, owners=[i for i, o in enumerate(offers) for _ in o.price_options])
+        flag([(option.unit, option.amount, option.term_hours, offers[i].gpus, offers[i].month_hours, offers[i].currency)
+              for i, option in options], bad_option, owners=[i for i, _ in options])
         flag([(o.storage_gb_month, o.storage_stopped_gb_month, o.egress_gb, o.ingress_gb, o.currency) for o in offers],
              lambda i: self.bands.storage_problem(offers[i]) is not None)
         flag([o.fetched_at for o in offers], lambda i: self.date_problem(offers[i].fetched_at) is not None)

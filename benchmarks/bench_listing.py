@@ -72,18 +72,18 @@ def main() -> None:
                     print(f"          (store of {n:,} offers written in {bench_scale.fill_store(store_home, n):.1f} s)")
                 store_env = {**env, "RENTOPT_HOME": str(store_home)}
                 store_quote = [*RENTOPT, "quote", *bench_scale.JOB]
-                report(n, "quote (from the store)", bench_scale.timed(store_quote, store_env, args.repeat, args.timeout))
+                report(n, "quote (from the store)",
+                       bench_scale.timed(store_quote, store_env, args.repeat, args.timeout))
                 report(n, "report (from the store, markdown)",
                        bench_scale.timed([*RENTOPT, "report"], store_env, args.repeat, args.timeout, floor=store_quote))
 
 
-def report(n: int, label: str, result: tuple) -> None:
-    best, median, rss, x_quote, _ = result
-    if best == float("inf"):
+def report(n: int, label: str, result: bench_scale.Timing) -> None:
+    if result.best == float("inf"):
         print(f"{n:>9,} {label:<44} over the time limit")
     else:
-        paired = f"{x_quote:>8.2f}" if x_quote else f"{'':>8}"
-        print(f"{n:>9,} {label:<44} {best:>7.2f} {median:>8.2f} {rss / 1024:>8.0f} {paired}")
+        paired = f"{result.paired:>8.2f}" if result.paired else f"{'':>8}"
+        print(f"{n:>9,} {label:<44} {result.best:>7.2f} {result.median:>8.2f} {result.peak_kb / 1024:>8.0f} {paired}")
 
 
 if __name__ == "__main__":
